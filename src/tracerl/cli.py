@@ -16,6 +16,13 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print an error for a person (no traceback, no markup) and return the exit to raise."""
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(2)
 
 
 @app.command()
@@ -44,8 +51,7 @@ def load_model(
     try:
         bundle = load(spec)
     except ModelNotFoundError as e:
-        console.print(f"[red]error:[/red] {e}", markup=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e)) from None
     params = sum(p.numel() for p in bundle.model.parameters())
     console.print(
         f"{bundle.model_id}: {params / 1e6:.1f}M parameters, origin={bundle.origin}, "
@@ -67,13 +73,9 @@ def show(
     try:
         trajs = read_trajectories(path)
     except (FileNotFoundError, TrajectoryError) as e:
-        console.print(f"error: {e}", markup=False)
-        raise typer.Exit(2) from None
+        raise _fail(str(e)) from None
     if not 0 <= index < len(trajs):
-        console.print(
-            f"error: {path} holds {len(trajs)} trajectories; index {index} is out of range"
-        )
-        raise typer.Exit(2)
+        raise _fail(f"{path} holds {len(trajs)} trajectories; index {index} is out of range")
     print_trajectory(trajs[index], console)
 
 

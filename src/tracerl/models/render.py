@@ -43,8 +43,9 @@ from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
 
 ROLES = ("system", "user", "assistant", "tool")
 OBSERVATION_ROLES = ("tool", "user", "system")
-_SENTINEL = "\x00TRACERL{}\x00"
-_SENTINEL_RE = re.compile("\x00TRACERL(\\d+)\x00")
+# Letters and digits only, so the sentinel survives `| trim`, `| tojson` and HTML escaping.
+_SENTINEL = "TRACERLSENTINEL{}Q"
+_SENTINEL_RE = re.compile(r"TRACERLSENTINEL(\d+)Q")
 
 PrefixBreakPolicy = Literal["new_sample", "raise"]
 
@@ -234,6 +235,7 @@ class Conversation:
             self.template_kwargs["date_string"] = _dt.date.today().strftime("%d %b %Y")
         self.messages: list[dict[str, Any]] = []
         self.open_calls: dict[str, ToolCall] = {}
+        self._answered: set[str] = set()
         self.step = 0
         self.prefix_breaks = 0
         self._closed: list[Trajectory] = []
@@ -330,7 +332,7 @@ class Conversation:
         if not messages:
             raise TrajectoryError(f"{where}: no messages given")
         n_before = len(self.messages)
-        saved_calls = dict(self.open_calls)
+        saved_calls, saved_answered = dict(self.open_calls), set(self._answered)
         before = self._render(add_generation_prompt=False)
         try:
             for i, m in enumerate(messages):
@@ -343,7 +345,7 @@ class Conversation:
         except TrajectoryError:
             # Leave the conversation exactly as it was: nothing half-applied.
             del self.messages[n_before:]
-            self.open_calls = saved_calls
+            self.open_calls, self._answered = saved_calls, saved_answered
             raise
         new = self._emit(pieces)
         self.step += 1
@@ -379,10 +381,12 @@ class Conversation:
             call_id = m.get("tool_call_id")
             if call_id not in self.open_calls:
                 open_ids = ", ".join(sorted(self.open_calls)) or "none"
+                already = " (it was already answered)" if call_id in self._answered else ""
                 raise TrajectoryError(
-                    f"{where}: tool message answers call id {call_id!r}, but no open call has "
-                    f"that id (open calls: {open_ids}); answer a call the model made"
+                    f"{where}: tool message answers call id {call_id!r}{already}, but no open "
+                    f"call has that id (open calls: {open_ids}); answer a call the model made"
                 )
+            self._answered.add(call_id)
             msg["tool_call_id"] = call_id
             msg["_call"] = self.open_calls.pop(call_id)
             if "echo" in m and m["echo"] is not None:
@@ -534,9 +538,12 @@ class Conversation:
 
 
 def _match_content(content: str, target: str, cursor: int, following: str) -> str | None:
-    """The form of `content` the template printed at `cursor` (verbatim, or whitespace-trimmed
-    by templates such as Llama's ``| trim``), checked against the scaffold that follows."""
-    for variant in dict.fromkeys((content, content.strip(), content.lstrip(), content.rstrip())):
+    """The form of `content` the template printed at `cursor`: verbatim, whitespace-trimmed
+    (Llama's ``| trim``) or JSON-escaped (Llama 3.2 prints tool results with ``| tojson``; the
+    quotes are scaffold), checked against the scaffold that follows."""
+    escaped = json.dumps(content, ensure_ascii=False)[1:-1]
+    forms = (content, content.strip(), content.lstrip(), content.rstrip(), escaped)
+    for variant in dict.fromkeys(forms):
         if target.startswith(variant, cursor) and target.startswith(
             following, cursor + len(variant)
         ):

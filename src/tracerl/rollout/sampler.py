@@ -11,6 +11,7 @@ sampler for tests. Batching across concurrent episodes is the rollout engine's j
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,6 +54,8 @@ class HFSampler:
         import torch
 
         stops = set(stop_token_ids)
+        # transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`.
+        cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else None
         out: list[int] = []
         logprobs: list[float] = []
         finish = "length"
@@ -60,8 +63,9 @@ class HFSampler:
             x = torch.tensor([list(prompt_ids)], dtype=torch.long)
             past = None
             for _ in range(max_tokens):
-                res = self.model(input_ids=x, past_key_values=past, use_cache=True)
-                past = res.past_key_values
+                kv = {cache_kw or "past_key_values": past}
+                res = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **kv)
+                past = res.cache if cache_kw else res.past_key_values
                 logp_V = torch.log_softmax(res.logits[0, -1].float() / self.temperature, dim=-1)
                 tok = int(torch.multinomial(logp_V.exp(), 1, generator=self.generator))
                 out.append(tok)

@@ -1,0 +1,64 @@
+"""The public surface: the console script, its commands, and the re-exported API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+import tracerl
+from tracerl.cli import app
+from tracerl.jsonl import write_trajectories
+from tracerl.types import Segment, Source, Trajectory
+
+
+def test_version_is_importable_and_printed():
+    out = subprocess.run(
+        [sys.executable, "-c", "import tracerl; print(tracerl.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == tracerl.__version__
+    assert CliRunner().invoke(app, ["version"]).stdout.strip() == tracerl.__version__
+
+
+def test_importing_tracerl_does_not_import_torch():
+    code = "import sys, tracerl; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_help_lists_the_commands_that_exist():
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("demo", "load-model", "show", "version"):
+        assert command in result.stdout
+
+
+def test_show_prints_a_trajectory_and_escapes_markup(tmp_path):
+    seg = Segment(Source.ENVIRONMENT, (1, 2), text="[bold red]not markup[/]")
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [Trajectory(segments=(seg,))])
+    result = CliRunner().invoke(app, ["show", str(path)])
+    assert result.exit_code == 0
+    assert "[bold red]not markup[/]" in result.stdout
+
+
+def test_show_reports_bad_input_without_a_traceback(tmp_path):
+    result = CliRunner().invoke(app, ["show", str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 2
+    assert "no such trajectory file" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_load_model_reports_unknown_specs():
+    result = CliRunner().invoke(app, ["load-model", "nope"])
+    assert result.exit_code == 2
+    assert "valid:" in result.output
+
+
+def test_public_api_is_a_short_list():
+    assert set(tracerl.__all__) >= {"Trajectory", "Segment", "Source", "TrajectoryError"}
+    assert tracerl.load is not None and tracerl.ChatRenderer is not None
