@@ -60,6 +60,8 @@ class PolicyBundle:
     origin: str
     """Where the weights came from: 'gguf' (converted now), 'cache', 'hf' or 'random'."""
     load_seconds: float
+    """Seconds spent loading, after torch and transformers were imported (`info['import_s']`
+    holds the import time when this load paid it)."""
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -74,11 +76,22 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _quiet_transformers() -> None:
+def _import_libraries() -> float:
+    """Import torch and transformers (once per process); returns the seconds it took.
+
+    Loads report this apart from `load_seconds`: the first import of torch + transformers
+    costs ~3 s in a fresh process whatever is loaded, and is paid once.
+    """
+    t0 = time.perf_counter()
+    _offline()
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    from transformers.models.llama import modeling_llama  # noqa: F401
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    return time.perf_counter() - t0
 
 
 def smollm2_gguf_path() -> Path:
@@ -162,8 +175,7 @@ def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
 
 
 def load_smollm2() -> PolicyBundle:
-    _offline()
-    _quiet_transformers()
+    import_s = _import_libraries()
     t0 = time.perf_counter()
     gguf = smollm2_gguf_path()
     sha = file_sha256(gguf)
@@ -182,14 +194,13 @@ def load_smollm2() -> PolicyBundle:
         spec="smollm2-135m-instruct",
         origin=origin,
         load_seconds=time.perf_counter() - t0,
-        info={"gguf": str(gguf), "gguf_sha256": sha, "cache": str(folder)},
+        info={"gguf": str(gguf), "gguf_sha256": sha, "cache": str(folder), "import_s": import_s},
     )
 
 
 def smollm2_tokenizer() -> Any:
     """SmolLM2's real tokenizer (and chat template), from the model cache or the GGUF."""
-    _offline()
-    _quiet_transformers()
+    _import_libraries()
     from transformers import AutoTokenizer
 
     gguf = smollm2_gguf_path()
@@ -208,6 +219,7 @@ def smollm2_tokenizer() -> Any:
 
 def load_tiny_random(seed: int = 0) -> PolicyBundle:
     """A tiny Llama (2 layers, width 64) with seeded random weights and a real tokenizer."""
+    import_s = _import_libraries()
     t0 = time.perf_counter()
     tok = smollm2_tokenizer()
     import torch
@@ -232,12 +244,12 @@ def load_tiny_random(seed: int = 0) -> PolicyBundle:
         spec="tiny-random",
         origin="random",
         load_seconds=time.perf_counter() - t0,
+        info={"import_s": import_s},
     )
 
 
 def load_hf_folder(path: str) -> PolicyBundle:
-    _offline()
-    _quiet_transformers()
+    import_s = _import_libraries()
     t0 = time.perf_counter()
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
@@ -257,7 +269,7 @@ def load_hf_folder(path: str) -> PolicyBundle:
         spec=f"hf:{path}",
         origin="hf",
         load_seconds=time.perf_counter() - t0,
-        info={"path": str(folder.resolve())},
+        info={"path": str(folder.resolve()), "import_s": import_s},
     )
 
 
