@@ -62,3 +62,15 @@ def test_load_model_reports_unknown_specs():
 def test_public_api_is_a_short_list():
     assert set(tracerl.__all__) >= {"Trajectory", "Segment", "Source", "TrajectoryError"}
     assert tracerl.load is not None and tracerl.ChatRenderer is not None
+
+
+def test_readme_example_runs(tmp_path, monkeypatch):
+    """The README's example is real code (run here on the tiny model to stay fast)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"smollm2-135m-instruct"', '"tiny-random"')
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "runs/example/episodes/step_0.jsonl.gz").is_file()
