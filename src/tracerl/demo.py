@@ -19,7 +19,7 @@ from rich.console import Console
 
 from tracerl.jsonl import read_trajectories, write_trajectories
 from tracerl.models import load
-from tracerl.models.render import Conversation
+from tracerl.models.conversation import Conversation
 from tracerl.report.terminal import print_trajectory, trajectory_summary
 from tracerl.rollout.sampler import HFSampler, SampleResult
 from tracerl.types import Source, ToolCall, Trajectory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracerl.models.render import ChatRenderer, Conversation
+from tracerl.models import ChatRenderer, Conversation
 from tracerl.types import ToolCall
 
 SEARCH_TOOL = {

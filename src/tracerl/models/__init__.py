@@ -1,5 +1,6 @@
 """Policies and the chat renderer."""
 
+from tracerl.models.conversation import Conversation
 from tracerl.models.loading import (
     MODEL_SPECS,
     ModelNotFoundError,
@@ -7,7 +8,7 @@ from tracerl.models.loading import (
     cache_dir,
     load,
 )
-from tracerl.models.render import ChatRenderer, Conversation, tools_block
+from tracerl.models.render import ChatRenderer, tools_block
 
 __all__ = [
     "MODEL_SPECS",
