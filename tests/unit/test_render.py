@@ -59,6 +59,7 @@ def test_echo_of_the_models_own_call_is_marked_and_counted(smol):
     new = conv.add_observation([{"role": "tool", "tool_call_id": "c1", "content": raw + "\n42"}])
     by_source = {s.source: s for s in new if s.source in (Source.ECHO, Source.ENVIRONMENT)}
     assert by_source[Source.ECHO].text == raw
+    assert conv.trajectory().steps[0]["observations"][0]["source"] == "echo"
     assert by_source[Source.ENVIRONMENT].text == "\n42"
     traj = conv.trajectory()
     assert traj.count(Source.ECHO) == len(by_source[Source.ECHO].token_ids) > 0
@@ -179,7 +180,7 @@ def test_prefix_break_can_be_made_an_error(family_renderer):
         conv.add_observation([{"role": "user", "content": "And 6 * 8?"}])
 
 
-def test_prefix_break_starts_a_new_sample_and_leaves_the_old_one_intact(family_renderer):
+def test_prefix_break_starts_a_new_sample_and_leaves_the_old_one_intact(family_renderer, caplog):
     qwen3 = family_renderer("qwen3")
     conv = qwen3.start(USER)
     ids = [*_ids(qwen3, "<think>\nhmm\n</think>\n\n42"), qwen3.tokenizer.eos_token_id]
@@ -187,7 +188,9 @@ def test_prefix_break_starts_a_new_sample_and_leaves_the_old_one_intact(family_r
     first = conv.trajectory()
     conv.add_observation([{"role": "user", "content": "And 6 * 8?"}])
     old, new = conv.samples()
-    assert old == first and old.sample_index == 0 and new.sample_index == 1
+    assert old.segments == first.segments and old.sample_index == 0 and new.sample_index == 1
+    assert "not prefix-preserving" in old.steps[-1]["prefix_break"]
+    assert "not prefix-preserving" in caplog.text  # said once, loudly
     assert list(old.policy_segments()[0].token_ids) == ids
     # The new sample's prompt is the conversation as the template now shows it (no <think>);
     # the earlier answer is context there, never loss.
@@ -209,3 +212,12 @@ def test_date_is_frozen_per_conversation(family_renderer):
     assert (
         f"Today Date: {conv.template_kwargs['date_string']}" in conv.trajectory().segments[0].text
     )
+
+
+def test_a_returned_trajectory_is_a_snapshot(smol):
+    conv = smol.start(USER)
+    conv.add_policy([smol.tokenizer.eos_token_id], [-1.0], tool_calls=[ToolCall("c1", "t", {})])
+    before = conv.trajectory()
+    conv.add_observation([{"role": "tool", "tool_call_id": "c1", "content": "ok"}])
+    assert before.steps[0]["observations"] == []
+    assert len(conv.trajectory().steps[0]["observations"]) == 1

@@ -7,8 +7,10 @@ observation delta to template scaffold, environment content and echoes.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,8 @@ from tracerl.models.render import (
     match_content,
 )
 from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
+
+log = logging.getLogger("tracerl")
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class Conversation:
     def trajectory(self) -> Trajectory:
         return Trajectory(
             segments=tuple(self._segments),
-            steps=tuple(self._steps),
+            steps=copy.deepcopy(tuple(self._steps)),  # a snapshot: later turns never change it
             episode_id=self.episode_id,
             sample_index=len(self._closed),
         )
@@ -250,6 +254,10 @@ class Conversation:
         )
         if self.renderer.on_prefix_break == "raise":
             raise TrajectoryError(detail + "; use on_prefix_break='new_sample' or a fixed template")
+        if not self.renderer.warned_prefix_break:
+            self.renderer.warned_prefix_break = True
+            log.warning("%s; starting a new sample (reported once per renderer)", detail)
+        self._steps[-1]["prefix_break"] = detail
         self._closed.append(self.trajectory())
         self.prefix_breaks += 1
         self.step += 1

@@ -101,6 +101,7 @@ class ChatRenderer:
         self.template_hash = hashlib.sha256(template.encode()).hexdigest()
         self.template_kwargs = dict(template_kwargs or {})
         self.on_prefix_break: PrefixBreakPolicy = on_prefix_break
+        self.warned_prefix_break = False
         self.renders_tools = re.search(r"\btools\b", template) is not None
         self.prints_date = "date_string" in template or "strftime_now" in template
         self.stop_token_ids: frozenset[int] = frozenset(self._turn_end_ids())
