@@ -11,28 +11,17 @@ import pytest
 from tracerl.models.loading import smollm2_tokenizer
 from tracerl.models.render import ChatRenderer
 
-# Family special tokens added to SmolLM2's real BPE so each template's control tokens are
-# single tokens, as they are in the family's own tokenizer (Qwen and Llama tokenizers are not
-# shipped by any package we may install; their templates are, inside `trl`).
+# Each family's control tokens, added to SmolLM2's real BPE so they are single tokens as in the
+# family's own tokenizer (Qwen and Llama tokenizers are not shipped by any package we may
+# install; their templates are, inside `trl`). As in the real tokenizers, Qwen's tool and
+# think markers are added tokens that are *not* special; Llama 3's are special.
+QWEN_MARKERS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 FAMILY_TOKENS = {
     "smollm2": {},
-    "qwen2_5": {
-        "extra": ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"],
-        "eos": "<|im_end|>",
-    },
-    "qwen3": {
-        "extra": [
-            "<tool_call>",
-            "</tool_call>",
-            "<tool_response>",
-            "</tool_response>",
-            "<think>",
-            "</think>",
-        ],
-        "eos": "<|im_end|>",
-    },
+    "qwen2_5": {"added": QWEN_MARKERS, "eos": "<|im_end|>"},
+    "qwen3": {"added": [*QWEN_MARKERS, "<think>", "</think>"], "eos": "<|im_end|>"},
     "llama3_2": {
-        "extra": [
+        "special": [
             "<|begin_of_text|>",
             "<|start_header_id|>",
             "<|end_header_id|>",
@@ -44,6 +33,21 @@ FAMILY_TOKENS = {
         "bos": "<|begin_of_text|>",
     },
 }
+
+
+def family_tokenizer(base, family: str):
+    """A copy of `base` with the family's control tokens and eos/bos."""
+    tok = copy.deepcopy(base)
+    spec = FAMILY_TOKENS[family]
+    if spec.get("special"):
+        tok.add_special_tokens({"additional_special_tokens": spec["special"]})
+    if spec.get("added"):
+        tok.add_tokens(spec["added"], special_tokens=False)
+    if spec.get("eos"):
+        tok.eos_token = spec["eos"]
+    if spec.get("bos"):
+        tok.bos_token = spec["bos"]
+    return tok
 
 
 def trl_template(name: str) -> str:
@@ -63,15 +67,7 @@ def family_renderer(base_tokenizer) -> Callable[..., ChatRenderer]:
     base = base_tokenizer
 
     def make(family: str, **kwargs) -> ChatRenderer:
-        tok = copy.deepcopy(base)  # a fresh copy: tokens are added per family
-        spec = FAMILY_TOKENS[family]
-        if spec.get("extra"):
-            tok.add_special_tokens({"additional_special_tokens": spec["extra"]})
-        if spec.get("eos"):
-            tok.eos_token = spec["eos"]
-        if spec.get("bos"):
-            tok.bos_token = spec["bos"]
         template = None if family == "smollm2" else trl_template(family)
-        return ChatRenderer(tok, template, **kwargs)
+        return ChatRenderer(family_tokenizer(base, family), template, **kwargs)
 
     return make

@@ -11,7 +11,6 @@ Shape suffixes follow CONVENTIONS.md: `_T` is the token axis.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -148,17 +147,30 @@ class Segment:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "segment") -> Segment:
+    def from_dict(cls, d: Any, where: str = "segment") -> Segment:
+        if not isinstance(d, dict):
+            raise TrajectoryError(f"{where}: expected a JSON object, got {type(d).__name__}")
         unknown = set(d) - _SEGMENT_KEYS
         if unknown:
             raise TrajectoryError(f"{where}: unknown keys {sorted(unknown)}")
         if "source" not in d or "token_ids" not in d:
             raise TrajectoryError(f"{where}: needs 'source' and 'token_ids'")
+        _expect(d["token_ids"], list, where, "token_ids")
+        logprobs = d.get("logprobs")
+        if logprobs is not None:
+            _expect(logprobs, list, where, "logprobs")
+            for i, lp in enumerate(logprobs):
+                if isinstance(lp, bool) or not isinstance(lp, int | float):
+                    raise TrajectoryError(f"{where}: logprobs[{i}] is {lp!r}, not a number")
+        _expect(d.get("step", 0), int, where, "step")
+        for key in ("tool_call_id", "text", "finish_reason"):
+            _expect(d.get(key), str | None, where, key)
+        _expect(d.get("policy_version"), int | None, where, "policy_version")
         try:
             return cls(
                 source=_source(d["source"], where),
                 token_ids=d["token_ids"],
-                logprobs=d.get("logprobs"),
+                logprobs=logprobs,
                 step=d.get("step", 0),
                 tool_call_id=d.get("tool_call_id"),
                 text=d.get("text"),
@@ -167,6 +179,12 @@ class Segment:
             )
         except TrajectoryError as e:
             raise TrajectoryError(str(e).replace("segment:", f"{where}:", 1)) from None
+
+
+def _expect(value: Any, types: Any, where: str, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        want = getattr(types, "__name__", str(types))
+        raise TrajectoryError(f"{where}: '{key}' is {value!r}; expected {want}")
 
 
 _SEGMENT_KEYS = {
@@ -301,20 +319,22 @@ class Trajectory:
                 "was this file written by another tool or a newer tracerl?"
             )
         segs = d.get("segments")
-        if not isinstance(segs, list):
-            raise TrajectoryError(f"{where}: 'segments' must be a list")
+        _expect(segs, list, where, "segments")
+        steps = d.get("steps") or []
+        _expect(steps, list, where, "steps")
+        for i, step in enumerate(steps):
+            _expect(step, dict, f"{where}, step {i}", "step")
+        _expect(d.get("sample_index", 0), int, where, "sample_index")
+        _expect(d.get("episode_id"), str | None, where, "episode_id")
+        for key in ("receipt", "reward"):
+            _expect(d.get(key), dict | None, where, key)
         return cls(
             segments=tuple(
                 Segment.from_dict(s, where=f"{where}, segment {i}") for i, s in enumerate(segs)
             ),
-            steps=tuple(d.get("steps") or ()),
+            steps=tuple(steps),
             receipt=d.get("receipt"),
             reward=d.get("reward"),
             episode_id=d.get("episode_id"),
             sample_index=d.get("sample_index", 0),
         )
-
-
-def concat_segments(parts: Iterable[Sequence[Segment]]) -> tuple[Segment, ...]:
-    """Concatenate segment lists, dropping empty non-policy segments."""
-    return tuple(s for part in parts for s in part if s.token_ids or s.source is Source.POLICY)

@@ -8,10 +8,12 @@ limit. The expected segments below were checked by hand: policy text is exactly 
 sampled, every role header, turn end and generation prompt is `template`, tool output and
 later user turns are `environment`.
 
-Qwen3 is not prefix-preserving: once a new user query arrives it re-renders earlier assistant
-turns without their <think> blocks. The renderer detects this and starts a new sample each
-time, so Qwen3's golden has three samples and no sample ever trains on text the model did not
-see.
+Two templates are not prefix-preserving here, and the renderer starts a new sample rather
+than continue a token stream the template would no longer produce:
+- Qwen3: once a new user query arrives it re-renders earlier assistant turns without their
+  <think> blocks (2 samples);
+- Llama 3.2: it trims assistant content, so the malformed call's trailing space disappears
+  from the re-rendered history (2 samples).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ PROMPT_SMOLLM2_0 = '<|im_start|>system\nYou answer with the help of a search too
 PROMPT_QWEN2_5_0 = '<|im_start|>system\nYou answer with the help of a search tool.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "search", "description": "Search an encyclopedia.", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n'
 PROMPT_QWEN3_0 = '<|im_start|>system\nYou answer with the help of a search tool.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "search", "description": "Search an encyclopedia.", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n'
 PROMPT_QWEN3_1 = '<|im_start|>system\nYou answer with the help of a search tool.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "search", "description": "Search an encyclopedia.", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search", "arguments": {"query": "Hamlet"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nHamlet is a tragedy written by William Shakespeare.\n</tool_response><|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search", "arguments": {"query": \n</tool_call><|im_end|>\n<|im_start|>user\nYour tool call could not be parsed. Answer directly.<|im_end|>\n'
-PROMPT_QWEN3_2 = '<|im_start|>system\nYou answer with the help of a search tool.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": "search", "description": "Search an encyclopedia.", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search", "arguments": {"query": "Hamlet"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nHamlet is a tragedy written by William Shakespeare.\n</tool_response><|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search", "arguments": {"query": \n</tool_call><|im_end|>\n<|im_start|>user\nYour tool call could not be parsed. Answer directly.<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nPlease answer.<|im_end|>\n'
 PROMPT_LLAMA3_2_0 = '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nYou answer with the help of a search tool.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n{\n    "type": "function",\n    "function": {\n        "name": "search",\n        "description": "Search an encyclopedia.",\n        "parameters": {\n            "type": "object",\n            "properties": {\n                "query": {\n                    "type": "string"\n                }\n            },\n            "required": [\n                "query"\n            ]\n        }\n    }\n}\n\nWho wrote Hamlet?<|eot_id|>'
+PROMPT_LLAMA3_2_1 = '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nYou answer with the help of a search tool.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n{\n    "type": "function",\n    "function": {\n        "name": "search",\n        "description": "Search an encyclopedia.",\n        "parameters": {\n            "type": "object",\n            "properties": {\n                "query": {\n                    "type": "string"\n                }\n            },\n            "required": [\n                "query"\n            ]\n        }\n    }\n}\n\nWho wrote Hamlet?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{"name": "search", "parameters": {"query": "Hamlet"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n"Hamlet is a tragedy written by William Shakespeare."<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{"name": "search", "parameters": {"query":<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nYour tool call could not be parsed. Answer directly.<|eot_id|>'
 GOLDEN = {
     "smollm2": [
         {
@@ -121,16 +123,13 @@ GOLDEN = {
                 (2, "prompt", PROMPT_QWEN3_1),
                 (2, "template", "<|im_start|>assistant\n"),
                 (2, "policy", "<|im_end|>"),
-            ],
-            "mask_runs": [(0, 258), (1, 1)],
-        },
-        {
-            "segments": [
-                (3, "prompt", PROMPT_QWEN3_2),
+                (2, "template", "\n<|im_start|>user\n"),
+                (2, "environment", "Please answer."),
+                (2, "template", "<|im_end|>\n"),
                 (3, "template", "<|im_start|>assistant\n"),
                 (3, "policy", "The author of Hamlet is William"),
             ],
-            "mask_runs": [(0, 272), (1, 6)],
+            "mask_runs": [(0, 258), (1, 1), (0, 13), (1, 6)],
         },
     ],
     "llama3_2": [
@@ -140,13 +139,16 @@ GOLDEN = {
                 (0, "template", "<|start_header_id|>assistant<|end_header_id|>\n\n"),
                 (0, "policy", '{"name": "search", "parameters": {"query": "Hamlet"}}<|eot_id|>'),
                 (0, "template", '<|start_header_id|>ipython<|end_header_id|>\n\n"'),
-                (0, "environment", "Hamlet is a tragedy written by William Shakespeare."),
-                (0, "template", '"<|eot_id|>'),
+                (0, "environment", 'Hamlet is a tragedy written by William Shakespeare."'),
+                (0, "template", "<|eot_id|>"),
                 (1, "template", "<|start_header_id|>assistant<|end_header_id|>\n\n"),
                 (1, "policy", '{"name": "search", "parameters": {"query": <|eot_id|>'),
-                (1, "template", "<|start_header_id|>user<|end_header_id|>\n\n"),
-                (1, "environment", "Your tool call could not be parsed. Answer directly."),
-                (1, "template", "<|eot_id|>"),
+            ],
+            "mask_runs": [(0, 201), (1, 18), (0, 23), (1, 14)],
+        },
+        {
+            "segments": [
+                (2, "prompt", PROMPT_LLAMA3_2_1),
                 (2, "template", "<|start_header_id|>assistant<|end_header_id|>\n\n"),
                 (2, "policy", "<|eot_id|>"),
                 (2, "template", "<|start_header_id|>user<|end_header_id|>\n\n"),
@@ -155,7 +157,7 @@ GOLDEN = {
                 (3, "template", "<|start_header_id|>assistant<|end_header_id|>\n\n"),
                 (3, "policy", "The author of Hamlet is William"),
             ],
-            "mask_runs": [(0, 199), (1, 18), (0, 24), (1, 14), (0, 21), (1, 1), (0, 13), (1, 6)],
+            "mask_runs": [(0, 279), (1, 1), (0, 14), (1, 6)],
         },
     ],
 }

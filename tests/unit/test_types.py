@@ -132,3 +132,28 @@ def test_any_trajectory_round_trips_bit_for_bit(tmp_path_factory, segs, gz):
     assert back == t
     assert [struct.pack("d", x) for x in back.logprobs] == [struct.pack("d", x) for x in t.logprobs]
     assert back.sources == t.sources and back.loss_mask == t.loss_mask
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"steps": "abc"}, "'steps' is 'abc'; expected list"),
+        ({"sample_index": "x"}, "'sample_index' is 'x'; expected int"),
+        ({"segments": [7]}, "segment 0: expected a JSON object, got int"),
+        ({"segments": [{"source": "prompt", "token_ids": [1], "step": "7"}]}, "'step' is '7'"),
+        (
+            {"segments": [{"source": "policy", "token_ids": [1], "logprobs": "0"}]},
+            "'logprobs' is '0'; expected list",
+        ),
+        (
+            {"segments": [{"source": "policy", "token_ids": [1], "logprobs": [None]}]},
+            "logprobs[0] is None, not a number",
+        ),
+    ],
+)
+def test_malformed_stored_values_are_named(tmp_path, patch, message):
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({**_traj().to_dict(), **patch}) + "\n")
+    with pytest.raises(TrajectoryError, match=r"m\.jsonl:1") as err:
+        read_trajectories(path)
+    assert message in str(err.value)

@@ -1,8 +1,13 @@
 """A conversation: one episode's token stream, built turn by turn with provenance.
 
-See `tracerl.models.render` for how each kind of token is produced; this module holds the
+See `tracerl.models.render` for how each kind of token is produced. This module holds the
 state machine (prompt -> policy -> observation -> policy ...) and the attribution of every
 observation delta to template scaffold, environment content and echoes.
+
+The anchor of every check is the token stream itself: the current sample's tokens spell out
+the template's rendering of the conversation so far (`_rendered`) followed by the model's
+turn. An observation is appended only if rendering the conversation with it *starts with*
+that stream; otherwise the template is not prefix-preserving here, and the sample is closed.
 """
 
 from __future__ import annotations
@@ -11,16 +16,16 @@ import copy
 import datetime as _dt
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from tracerl.models.render import (
     OBSERVATION_ROLES,
     ROLES,
-    SENTINEL,
-    SENTINEL_RE,
     ChatRenderer,
+    Sentinels,
     match_content,
 )
 from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
@@ -34,8 +39,7 @@ class _Piece:
     source: Source
     step: int
     tool_call_id: str | None = None
-    content: bool = False  # tokenized with special tokens split
-    ids: tuple[int, ...] | None = None  # already tokens (the unsampled end of a model turn)
+    content: bool = False  # message content: may never form control tokens
 
 
 class Conversation:
@@ -44,6 +48,7 @@ class Conversation:
     Use `token_ids` as the sampler's input, `add_policy` for each model turn and
     `add_observation` for what the environment answers. `trajectory()` is the current sample;
     `samples()` lists every sample of the episode (more than one only after a prefix break).
+    A call that raises leaves the conversation exactly as it was.
     """
 
     def __init__(
@@ -62,19 +67,20 @@ class Conversation:
             self.template_kwargs["date_string"] = _dt.date.today().strftime("%d %b %Y")
         self.messages: list[dict[str, Any]] = []
         self.open_calls: dict[str, ToolCall] = {}
-        self._answered: set[str] = set()
         self.step = 0
         self.prefix_breaks = 0
+        self._sentinels = Sentinels()
+        self._answered: set[str] = set()
         self._closed: list[Trajectory] = []
         self._segments: list[Segment] = []
         self._steps: list[dict[str, Any]] = []
-        self._awaiting_policy = True
-        self._pending_close: list[int] = []
+        self._rendered = ""  # the template's text that the sample's non-policy tokens spell
+        self._turn: tuple[str, str] | None = None  # (content, sampled stop text) awaiting reply
         for i, m in enumerate(messages):
-            self._accept(m, where=f"initial message {i}", initial=True)
+            self.messages.append(self._accept(m, f"initial message {i}", initial=True))
         if not self.messages:
             raise TrajectoryError("conversation: needs at least one initial message")
-        self._start_sample()
+        self._start_sample(*self._prompt(self.messages))
 
     # ---- views ---------------------------------------------------------------------------
     @property
@@ -105,7 +111,7 @@ class Conversation:
     ) -> Segment:
         """Append a model turn exactly as sampled. Tool-call arguments inside it carry loss."""
         where = f"step {self.step}: policy turn"
-        if not self._awaiting_policy:
+        if self._turn is not None:
             raise TrajectoryError(
                 f"{where}: the previous model turn has no observation yet; call "
                 "add_observation (or end the episode) before sampling again"
@@ -113,29 +119,27 @@ class Conversation:
         if finish_reason not in ("stop", "length"):
             raise TrajectoryError(f"{where}: finish_reason must be 'stop' or 'length'")
         ids = [int(t) for t in token_ids]
-        stopped = finish_reason == "stop" and bool(ids) and ids[-1] in self.renderer.stop_token_ids
-        text = self.renderer.decode(ids)
-        content = self.renderer.decode(ids[:-1]) if stopped else text
         try:
             seg = Segment(
                 Source.POLICY,
                 tuple(ids),
                 tuple(logprobs),
                 step=self.step,
-                text=text,
+                text=self.renderer.decode(ids),
                 policy_version=policy_version,
                 finish_reason=finish_reason,
             )
         except TrajectoryError as e:
             raise TrajectoryError(f"{where}: {e}") from None
         calls = [c if isinstance(c, ToolCall) else ToolCall.from_dict(c) for c in tool_calls]
-        seen = set()
+        ids_seen = [c.id for c in calls]
         for c in calls:
-            if c.id in seen or c.id in self.open_calls or c.id in self._answered:
+            if ids_seen.count(c.id) > 1 or c.id in self.open_calls or c.id in self._answered:
                 raise TrajectoryError(f"{where}: tool call id {c.id!r} is used twice")
-            seen.add(c.id)
-        self._pending_close = self._closing_ids(stopped)
-        self.messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+        stopped = finish_reason == "stop" and ids[-1] in self.renderer.stop_token_ids
+        body = self.renderer.decode(ids[:-1]) if stopped else seg.text or ""
+        stop_text = self.renderer.decode(ids[-1:]) if stopped else ""
+        self.messages.append({"role": "assistant", "content": body, "tool_calls": calls})
         self.open_calls.update({c.id: c for c in calls})
         self._segments.append(seg)
         self._steps.append(
@@ -147,7 +151,7 @@ class Conversation:
                 "observations": [],
             }
         )
-        self._awaiting_policy = False
+        self._turn = (body, stop_text)
         return seg
 
     def add_observation(self, messages: Sequence[dict[str, Any]]) -> list[Segment]:
@@ -156,41 +160,60 @@ class Conversation:
         After a prefix break the returned list is the new sample's prompt segments.
         """
         where = f"step {self.step}: observation"
-        if self._awaiting_policy:
+        if self._turn is None:
             raise TrajectoryError(f"{where}: add_policy must come before add_observation")
         if not messages:
             raise TrajectoryError(f"{where}: no messages given")
-        n_before = len(self.messages)
-        saved_calls, saved_answered = dict(self.open_calls), set(self._answered)
-        before = self._render(add_generation_prompt=False)
-        try:
+        with self._transaction():
+            first_new = len(self.messages)
             for i, m in enumerate(messages):
-                self._accept(m, where=f"{where} message {i}", initial=False)
-            after = self._render(add_generation_prompt=True)
-            if not after.startswith(before):
-                return self._prefix_break(before, after, where)
-            close = _Piece("", Source.TEMPLATE, self.step, ids=tuple(self._pending_close))
-            pieces = [close, *self._attribute(n_before, len(before), after, prompt=False)]
-        except TrajectoryError:
-            # Leave the conversation exactly as it was: nothing half-applied.
-            del self.messages[n_before:]
-            self.open_calls, self._answered = saved_calls, saved_answered
-            raise
-        new = self._emit(pieces)
-        self.step += 1
-        self._awaiting_policy = True
-        return new
+                self.messages.append(self._accept(m, f"{where} message {i}", initial=False))
+            after = self._render(self.messages, add_generation_prompt=True)
+            body, stop_text = self._turn
+            anchor = self._rendered + body
+            if not after.startswith(anchor):
+                return self._prefix_break(anchor, after, where)
+            offset = len(anchor)
+            sampled_end = bool(stop_text) and after.startswith(stop_text, offset)
+            offset += len(stop_text) if sampled_end else 0
+            pieces = self._attribute(first_new, offset, after, prompt=False)
+            # The model's turn end: sampled by the model, or closed by the template (a turn cut
+            # by the token limit, or a stop token other than the template's own turn end).
+            self._steps[-1]["turn_end"] = "sampled" if sampled_end else "template"
+            self._rendered = after
+            self._turn = None
+            new = self._emit(pieces, record=True)
+            self.step += 1
+            return new
 
     # ---- internals -------------------------------------------------------------------------
-    def _render(self, *, add_generation_prompt: bool) -> str:
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Restore every piece of state if the body raises: nothing is ever half-applied."""
+        saved = copy.copy(self.__dict__)
+        saved_lists = {
+            k: copy.copy(v) for k, v in saved.items() if isinstance(v, list | dict | set)
+        }
+        saved_steps = copy.deepcopy(self._steps)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            self.__dict__.update(saved_lists)
+            self._steps = saved_steps
+            raise
+
+    def _render(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool) -> str:
         return self.renderer.render_text(
-            self.messages,
+            messages,
             self.tools,
             add_generation_prompt=add_generation_prompt,
             template_kwargs=self.template_kwargs,
         )
 
-    def _accept(self, m: dict[str, Any], *, where: str, initial: bool) -> None:
+    def _accept(self, m: Any, where: str, *, initial: bool) -> dict[str, Any]:
+        """Validate one message; consumes the tool call it answers."""
         if not isinstance(m, dict):
             raise TrajectoryError(f"{where}: expected a dict with 'role' and 'content'")
         role = m.get("role")
@@ -206,6 +229,8 @@ class Conversation:
                 f"{where}: content must be a string, got {type(content).__name__}"
             )
         msg: dict[str, Any] = {"role": role, "content": content}
+        if m.get("name") is not None:
+            msg["name"] = m["name"]
         if role == "tool":
             call_id = m.get("tool_call_id")
             if call_id not in self.open_calls:
@@ -215,13 +240,11 @@ class Conversation:
                     f"{where}: tool message answers call id {call_id!r}{already}, but no open "
                     f"call has that id (open calls: {open_ids}); answer a call the model made"
                 )
+            echo = m.get("echo")
+            if echo is not None and not (isinstance(echo, str) and content.startswith(echo)):
+                raise TrajectoryError(f"{where}: 'echo' must be a prefix of the content (a str)")
             self._answered.add(call_id)
-            msg["tool_call_id"] = call_id
-            msg["_call"] = self.open_calls.pop(call_id)
-            if "echo" in m and m["echo"] is not None:
-                if not content.startswith(m["echo"]):
-                    raise TrajectoryError(f"{where}: 'echo' must be a prefix of the content")
-                msg["_echo"] = m["echo"]
+            msg.update(tool_call_id=call_id, _call=self.open_calls.pop(call_id), _echo=echo)
         elif role == "assistant":
             calls = [
                 c if isinstance(c, ToolCall) else ToolCall.from_dict(c)
@@ -229,66 +252,71 @@ class Conversation:
             ]
             self.open_calls.update({c.id: c for c in calls})
             msg["tool_calls"] = calls
-        if m.get("name") is not None:
-            msg["name"] = m["name"]
-        self.messages.append(msg)
+        return msg
 
-    def _start_sample(self) -> None:
-        """Render all messages as a fresh prompt (the episode start, or after a break)."""
-        full = self._render(add_generation_prompt=True)
-        pieces = self._attribute(0, 0, full, prompt=True)
+    def _prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[_Piece]]:
+        full = self._render(messages, add_generation_prompt=True)
+        return full, self._attribute(0, 0, full, prompt=True)
+
+    def _start_sample(self, rendered: str, pieces: list[_Piece]) -> None:
         self._segments = []
         self._steps = []
-        self._emit(pieces)
-        self._awaiting_policy = True
+        self._rendered = rendered
+        self._turn = None
+        self._emit(pieces, record=False)
 
-    def _prefix_break(self, before: str, after: str, where: str) -> list[Segment]:
+    def _prefix_break(self, anchor: str, after: str, where: str) -> list[Segment]:
         at = next(
-            (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
-            min(len(before), len(after)),
+            (i for i, (a, b) in enumerate(zip(anchor, after, strict=False)) if a != b),
+            min(len(anchor), len(after)),
         )
         detail = (
-            f"{where}: the chat template is not prefix-preserving — appending these messages "
-            f"re-renders earlier text from character {at} ({before[at : at + 40]!r} became "
-            f"{after[at : at + 40]!r})"
+            f"{where}: the chat template is not prefix-preserving — with these messages it "
+            f"renders the conversation differently from the tokens so far at character {at} "
+            f"({anchor[at : at + 40]!r} became {after[at : at + 40]!r})"
         )
         if self.renderer.on_prefix_break == "raise":
             raise TrajectoryError(detail + "; use on_prefix_break='new_sample' or a fixed template")
-        if not self.renderer.warned_prefix_break:
-            self.renderer.warned_prefix_break = True
-            log.warning("%s; starting a new sample (reported once per renderer)", detail)
         self._steps[-1]["prefix_break"] = detail
         self._closed.append(self.trajectory())
         self.prefix_breaks += 1
         self.step += 1
-        self._start_sample()
+        self._start_sample(*self._prompt(self.messages))  # a failure here rolls all of it back
+        if not self.renderer.warned_prefix_break:
+            self.renderer.warned_prefix_break = True
+            log.warning("%s; starting a new sample (reported once per renderer)", detail)
         return list(self._segments)
 
-    def _closing_ids(self, stopped: bool) -> list[int]:
-        close = self.renderer.closing_text(self.messages, self.tools, **self.template_kwargs)
-        ids = self.renderer.encode(close, content=False)
-        if stopped and ids and ids[0] in self.renderer.stop_token_ids:
-            ids = ids[1:]  # the model sampled the turn end itself
-        return ids
-
-    def _attribute(self, start: int, offset: int, real: str, *, prompt: bool) -> list[_Piece]:
-        """Split `real[offset:]` into scaffold and content pieces for messages[start:]."""
+    def _attribute(self, first_new: int, offset: int, real: str, *, prompt: bool) -> list[_Piece]:
+        """Split `real[offset:]` into scaffold and content pieces for messages[first_new:]."""
+        msgs = self.messages
+        swap = {
+            i
+            for i in range(first_new, len(msgs))
+            if msgs[i]["role"] != "assistant" and msgs[i]["content"]
+        }
         swapped = [
-            {**m, "content": SENTINEL.format(i)}
-            if i >= start and m["role"] != "assistant" and m["content"]
-            else m
-            for i, m in enumerate(self.messages)
+            {**m, "content": self._sentinels(i)} if i in swap else m for i, m in enumerate(msgs)
         ]
-        sent = self.renderer.render_text(
-            swapped, self.tools, add_generation_prompt=True, template_kwargs=self.template_kwargs
-        )
-        gen_prompt = real[len(self._render(add_generation_prompt=False)) :]
+        sent = self._render(swapped, add_generation_prompt=True)
         if sent[:offset] != real[:offset]:
-            raise TrajectoryError("renderer: the template renders earlier turns from later content")
-        parts = SENTINEL_RE.split(sent[offset:])  # scaffold, idx, scaffold, idx, ..., scaffold
+            raise TrajectoryError(
+                "renderer: the chat template renders earlier turns differently depending on "
+                "the content of later messages; cannot attribute the new tokens"
+            )
+        parts = self._sentinels.pattern.split(sent[offset:])  # scaffold, i, scaffold, ..., scaffold
+        missing = sorted(swap - {int(p) for p in parts[1::2]})
+        if missing:
+            m = msgs[missing[0]]
+            raise TrajectoryError(
+                f"renderer: message {missing[0]} ({m['role']}) does not appear in the rendered "
+                f"text — the chat template drops it (does it render the {m['role']!r} role?); "
+                "nothing was appended"
+            )
         target = real[offset:]
         pieces: list[_Piece] = []
         cursor = 0
+        scaffold_source = Source.PROMPT if prompt else Source.TEMPLATE
         for k in range(0, len(parts), 2):
             scaffold = parts[k]
             if not target.startswith(scaffold, cursor):
@@ -296,13 +324,12 @@ class Conversation:
                     "renderer: the chat template changes message content while rendering it; "
                     "cannot attribute its tokens"
                 )
-            pieces.append(_Piece(scaffold, Source.PROMPT if prompt else Source.TEMPLATE, self.step))
+            pieces.append(_Piece(scaffold, scaffold_source, self.step))
             cursor += len(scaffold)
             if k + 1 == len(parts):
                 break
-            msg = self.messages[int(parts[k + 1])]
-            following = parts[k + 2]
-            text = match_content(msg["content"], target, cursor, following)
+            msg = msgs[int(parts[k + 1])]
+            text = match_content(msg["content"], target, cursor, parts[k + 2])
             if text is None:
                 raise TrajectoryError(
                     f"renderer: could not place the content of message {parts[k + 1]} "
@@ -310,14 +337,24 @@ class Conversation:
                 )
             pieces.extend(self._content_pieces(msg, text, prompt))
             cursor += len(text)
-        if cursor != len(target) or not target.endswith(gen_prompt):
+        if cursor != len(target):
             raise TrajectoryError("renderer: rendered text and attribution disagree")
-        # The generation prompt opens the next turn.
+        return self._split_generation_prompt(pieces, real, offset, prompt)
+
+    def _split_generation_prompt(
+        self, pieces: list[_Piece], real: str, offset: int, prompt: bool
+    ) -> list[_Piece]:
+        """The generation prompt opens the next turn: `template` tokens of the next step."""
+        no_gen = self._render(self.messages, add_generation_prompt=False)
         last = pieces.pop()
-        head = last.text[: len(last.text) - len(gen_prompt)]
-        pieces.append(_Piece(head, last.source, last.step))
-        pieces.append(_Piece(gen_prompt, Source.TEMPLATE, self.step + (0 if prompt else 1)))
-        return pieces
+        gen = real[len(no_gen) :] if real.startswith(no_gen) and len(no_gen) >= offset else None
+        if gen is None or not last.text.endswith(gen):
+            # The template does not simply append a generation prompt (Phi-3 prints an eos
+            # without it): the whole closing scaffold opens the next turn.
+            gen = last.text
+        head = last.text[: len(last.text) - len(gen)]
+        nxt = self.step + (0 if prompt else 1)
+        return [*pieces, _Piece(head, last.source, last.step), _Piece(gen, Source.TEMPLATE, nxt)]
 
     def _content_pieces(self, msg: dict[str, Any], text: str, prompt: bool) -> list[_Piece]:
         if prompt:
@@ -330,22 +367,19 @@ class Conversation:
         out.append(_Piece(text[len(echo) :], Source.ENVIRONMENT, self.step, call_id, content=True))
         return out
 
-    def _emit(self, pieces: list[_Piece]) -> list[Segment]:
+    def _emit(self, pieces: list[_Piece], *, record: bool) -> list[Segment]:
         """Tokenize pieces, merge neighbours with the same author, append as segments."""
+        pieces = [p for p in pieces if p.text]
+        token_lists = self.renderer.encode_pieces([(p.text, p.content) for p in pieces])
         runs: list[tuple[_Piece, list[int]]] = []
-        for p in pieces:
-            ids = (
-                list(p.ids)
-                if p.ids is not None
-                else self.renderer.encode(p.text, content=p.content)
-            )
+        for p, ids in zip(pieces, token_lists, strict=True):
             if not ids:
                 continue
             key = (p.source, p.step, p.tool_call_id)
             if runs and (runs[-1][0].source, runs[-1][0].step, runs[-1][0].tool_call_id) == key:
                 runs[-1][1].extend(ids)
             else:
-                runs.append((p, ids))
+                runs.append((p, list(ids)))
         new = [
             Segment(
                 p.source,
@@ -357,7 +391,7 @@ class Conversation:
             for p, ids in runs
         ]
         self._segments.extend(new)
-        if self._steps and not self._awaiting_policy:
+        if record:
             self._steps[-1]["observations"].extend(
                 {
                     "source": s.source.value,
@@ -374,7 +408,7 @@ def _echo_prefix(msg: dict[str, Any], text: str) -> str:
     """The leading part of a tool message that repeats the model's own call, if any.
 
     Declared by the tool framework (`echo=`), or recognised as the exact text the model sampled
-    for the call it answers.
+    for the call it answers (`ToolCall.raw`) or the call's canonical JSON.
     """
     declared = msg.get("_echo")
     if declared and text.startswith(declared):

@@ -13,20 +13,23 @@ How each kind of token is produced (and so who authored it):
   turn was cut by the token limit), then the template's scaffold (`template`) around each
   message's content (`environment`), then the next generation prompt (`template`).
 
-To find which characters of that delta are content and which are scaffold, the renderer
-renders the same conversation a second time with every observation's content replaced by a
-unique sentinel, and checks that putting the real contents back reproduces the real render
-exactly. Nothing is found by searching strings after the fact.
-
-Content tokens are tokenized with special tokens *split*: a tool result that contains the
-text ``<|im_end|>`` cannot forge a turn end. Scaffold tokens are tokenized with special tokens
-parsed, as the template intends.
-
-Prefix property: appending messages must not change how the earlier conversation renders.
-Templates that break it (Qwen3 drops the ``<think>`` blocks of earlier turns once a new user
-query arrives) are detected on every observation. The renderer then closes the current sample
-and starts a new one whose prompt is the re-rendered conversation (``on_prefix_break=
+The token stream is the anchor: an observation is appended only if rendering the conversation
+with it *starts with* the text the stream already spells (everything up to the model's turn,
+then the model's own text). If not, the template is not prefix-preserving here (Qwen3 drops
+earlier ``<think>`` blocks once a new user query arrives; Llama trims assistant turns;
+DeepSeek-R1 drops reasoning): the renderer closes the current sample and starts a new one
+whose prompt is the conversation as the template now renders it (``on_prefix_break=
 "new_sample"``, the default), or raises (``"raise"``). It never silently splices.
+
+To find which characters of a delta are content and which are scaffold, the conversation is
+rendered a second time with each new message's content replaced by a sentinel (with a random
+nonce); putting the real contents back must reproduce the real render exactly, and a message
+the template drops is refused. Nothing is found by searching strings after the fact.
+
+Tokenization: a delta is tokenized in one go, exactly as tokenizing the rendered text would,
+and each token goes to the piece where its first character lies. Content never forms control
+tokens: when it contains control-token text (``<|im_end|>``, or Qwen's non-special
+``<tool_call>``), pieces are tokenized one by one and that text is split.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,9 +49,19 @@ if TYPE_CHECKING:
 
 ROLES = ("system", "user", "assistant", "tool")
 OBSERVATION_ROLES = ("tool", "user", "system")
-# Letters and digits only, so the sentinel survives `| trim`, `| tojson` and HTML escaping.
-SENTINEL = "TRACERLSENTINEL{}Q"
-SENTINEL_RE = re.compile(r"TRACERLSENTINEL(\d+)Q")
+
+
+class Sentinels:
+    """Placeholders for message contents: letters and digits only, so they survive `| trim`,
+    `| tojson` and HTML escaping, with a random nonce so no model or tool text can collide."""
+
+    def __init__(self) -> None:
+        self.nonce = secrets.token_hex(6)
+        self.pattern = re.compile(rf"TRACERL{self.nonce}X(\d+)Q")
+
+    def __call__(self, index: int) -> str:
+        return f"TRACERL{self.nonce}X{index}Q"
+
 
 PrefixBreakPolicy = Literal["new_sample", "raise"]
 
@@ -102,6 +117,12 @@ class ChatRenderer:
         self.template_kwargs = dict(template_kwargs or {})
         self.on_prefix_break: PrefixBreakPolicy = on_prefix_break
         self.warned_prefix_break = False
+        added = sorted(
+            (t for t in getattr(tokenizer, "get_added_vocab", dict)() if len(t) > 1),
+            key=len,
+            reverse=True,
+        )
+        self._added_re = re.compile("|".join(map(re.escape, added))) if added else None
         self.renders_tools = re.search(r"\btools\b", template) is not None
         self.prints_date = "date_string" in template or "strftime_now" in template
         self.stop_token_ids: frozenset[int] = frozenset(self._turn_end_ids())
@@ -154,13 +175,54 @@ class ChatRenderer:
         return out
 
     def encode(self, text: str, *, content: bool) -> list[int]:
-        """Tokenize `text`. Content (from tools or users) never forms special tokens."""
+        """Tokenize `text`. Content (from tools or users) never forms control tokens: special
+        tokens are split, and so are added tokens that are not special (Qwen's `<tool_call>`,
+        `</tool_response>`, `<think>` ...), by encoding their first character apart."""
         if not text:
             return []
-        kw: dict[str, Any] = {"add_special_tokens": False}
-        if content:
-            kw["split_special_tokens"] = True
+        if not content:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        out: list[int] = []
+        pos = 0
+        for m in self._added_re.finditer(text) if self._added_re else ():
+            out += self._encode_plain(text[pos : m.start()])
+            out += self._encode_plain(m.group()[0]) + self.encode(m.group()[1:], content=True)
+            pos = m.end()
+        return out + self._encode_plain(text[pos:])
+
+    def _encode_plain(self, text: str) -> list[int]:
+        if not text:
+            return []
+        kw = {"add_special_tokens": False, "split_special_tokens": True}
         return list(self.tokenizer(text, **kw)["input_ids"])
+
+    def encode_pieces(self, pieces: Sequence[tuple[str, bool]]) -> list[list[int]]:
+        """Tokenize consecutive `(text, is_content)` pieces; one id list per piece.
+
+        The usual case tokenizes the whole chunk at once, exactly as tokenizing the rendered
+        conversation would, and gives each token to the piece where its first character lies
+        (a token that merges across a boundary, such as two newlines, goes to the first).
+        When some content contains control-token text, pieces are tokenized one by one so the
+        content cannot form control tokens.
+        """
+        texts = [t for t, _ in pieces]
+        unsafe = any(c and self._added_re and self._added_re.search(t) for t, c in pieces)
+        if unsafe or not getattr(self.tokenizer, "is_fast", False):
+            return [self.encode(t, content=c) for t, c in pieces]
+        enc = self.tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)
+        starts, owners, at = [], [], 0
+        for i, t in enumerate(texts):
+            if t:
+                starts.append(at)
+                owners.append(i)
+            at += len(t)
+        out: list[list[int]] = [[] for _ in texts]
+        owner = owners[0] if owners else 0
+        for tid, (lo, hi) in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
+            if hi > lo:
+                owner = owners[bisect_right(starts, lo) - 1]
+            out[owner].append(tid)
+        return out
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -169,7 +231,7 @@ class ChatRenderer:
         self, history: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, **kw: Any
     ) -> str:
         """Text the template puts after an assistant turn's content (e.g. ``<|im_end|>\\n``)."""
-        sentinel = SENTINEL.format(0)
+        sentinel = Sentinels()(0)
         msgs = [*history, {"role": "assistant", "content": sentinel}]
         text = self.render_text(msgs, tools, add_generation_prompt=False, template_kwargs=kw)
         at = text.rfind(sentinel)
