@@ -40,3 +40,21 @@ def test_random_samples_are_kept_verbatim_across_turns():
     # The sampler continued from exactly these tokens: the prompt of turn k+1 is the whole
     # trajectory so far, so re-feeding it reproduces the recorded logprob of the first token.
     assert all(lp <= 0 for r in results for lp in r.logprobs)
+
+
+def test_cached_sampling_logprobs_equal_a_full_forward_pass():
+    """The KV-cached sampler's logprobs are those of the distribution actually sampled from:
+    recomputing them with one plain forward pass over prompt + sample gives the same numbers."""
+    import torch
+
+    bundle = load("tiny-random")
+    temperature = 0.7
+    sampler = HFSampler(bundle.model, temperature=temperature, seed=5)
+    prompt = bundle.renderer.start([{"role": "user", "content": "Count."}]).token_ids
+    res = sampler.sample(prompt, max_tokens=12, stop_token_ids=set())
+    assert res.finish_reason == "length" and len(res.token_ids) == 12
+    with torch.no_grad():
+        logits_T_V = bundle.model(torch.tensor([prompt + res.token_ids])).logits[0]
+    logp_T_V = torch.log_softmax(logits_T_V[len(prompt) - 1 : -1] / temperature, dim=-1)
+    full = logp_T_V.gather(1, torch.tensor(res.token_ids)[:, None])[:, 0]
+    assert torch.allclose(full, torch.tensor(res.logprobs), atol=1e-4)
