@@ -10,6 +10,8 @@ Shape suffixes follow CONVENTIONS.md: `_T` is the token axis.
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -54,12 +56,40 @@ class ToolCall:
     arguments: dict[str, Any]
     raw: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise TrajectoryError(f"tool call: id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.name, str) or not isinstance(self.arguments, dict):
+            raise TrajectoryError(
+                f"tool call {self.id!r}: name must be a string and arguments a dict"
+            )
+
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "arguments": self.arguments, "raw": self.raw}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": copy.deepcopy(self.arguments),
+            "raw": self.raw,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ToolCall:
-        return cls(id=d["id"], name=d["name"], arguments=d["arguments"], raw=d.get("raw"))
+        """From ours (`id, name, arguments, raw`) or the OpenAI shape
+        (`id, type, function: {name, arguments}` with arguments as a JSON string or dict)."""
+        if not isinstance(d, dict):
+            raise TrajectoryError(f"tool call: expected a dict, got {type(d).__name__}")
+        fn = d.get("function") if isinstance(d.get("function"), dict) else d
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as e:
+                raise TrajectoryError(
+                    f"tool call {d.get('id')!r}: arguments are not valid JSON ({e.msg})"
+                ) from None
+        if "id" not in d or "name" not in fn:
+            raise TrajectoryError(f"tool call: needs 'id' and a name, got keys {sorted(d)}")
+        return cls(id=d["id"], name=fn["name"], arguments=args, raw=d.get("raw"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,37 +268,44 @@ class Trajectory:
             seg.validate(where=f"segment {i} ({seg.source.value})")
         self.check()
 
-    # ---- derived views -------------------------------------------------------------------
+    # ---- derived views (computed once; each access returns a fresh list) -----------------
+    def _derived(self, key: str) -> tuple[Any, ...]:
+        if key not in self._cache:
+            segs = self.segments
+            if key == "token_ids":
+                value: tuple[Any, ...] = tuple(t for s in segs for t in s.token_ids)
+            elif key == "loss_mask":
+                value = tuple(m for s in segs for m in s.loss_mask)
+            elif key == "sources":
+                value = tuple(s.source for s in segs for _ in s.token_ids)
+            else:
+                value = tuple(
+                    lp
+                    for s in segs
+                    for lp in (s.logprobs if s.logprobs is not None else (0.0,) * len(s.token_ids))
+                )
+            self._cache[key] = value
+        return self._cache[key]
+
     @property
     def token_ids(self) -> list[int]:
-        if "token_ids" not in self._cache:
-            self._cache["token_ids"] = [t for s in self.segments for t in s.token_ids]
-        return self._cache["token_ids"]
+        return list(self._derived("token_ids"))
 
     @property
     def loss_mask(self) -> list[int]:
-        if "loss_mask" not in self._cache:
-            self._cache["loss_mask"] = [m for s in self.segments for m in s.loss_mask]
-        return self._cache["loss_mask"]
+        return list(self._derived("loss_mask"))
 
     @property
     def sources(self) -> list[Source]:
-        if "sources" not in self._cache:
-            self._cache["sources"] = [s.source for s in self.segments for _ in s.token_ids]
-        return self._cache["sources"]
+        return list(self._derived("sources"))
 
     @property
     def logprobs(self) -> list[float]:
         """Per-token sampling logprobs, 0.0 where the token was not sampled (mask 0)."""
-        if "logprobs" not in self._cache:
-            out: list[float] = []
-            for s in self.segments:
-                out.extend(s.logprobs if s.logprobs is not None else (0.0,) * len(s.token_ids))
-            self._cache["logprobs"] = out
-        return self._cache["logprobs"]
+        return list(self._derived("logprobs"))
 
     def __len__(self) -> int:
-        return len(self.token_ids)
+        return len(self._derived("token_ids"))
 
     def count(self, source: Source | str) -> int:
         """Number of tokens authored by `source`."""

@@ -16,6 +16,7 @@ import copy
 import datetime as _dt
 import json
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from tracerl.models.render import (
     ChatRenderer,
     Sentinels,
     match_content,
+    printed_prefix,
 )
 from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
 
@@ -62,9 +64,14 @@ class Conversation:
         self.renderer = renderer
         self.tools = list(tools) if tools else None
         self.episode_id = episode_id
+        # Templates that print today's date see the date this conversation started, so a long
+        # episode cannot straddle midnight and break its own prefix.
+        self.started_at = _dt.datetime.now()
         self.template_kwargs: dict[str, Any] = {}
         if renderer.prints_date and "date_string" not in renderer.template_kwargs:
-            self.template_kwargs["date_string"] = _dt.date.today().strftime("%d %b %Y")
+            self.template_kwargs["date_string"] = self.started_at.strftime("%d %b %Y")
+        # Templates that call strftime_now() without a date_string override (gpt-oss) cannot be
+        # frozen this way; crossing midnight there is caught as a prefix break.
         self.messages: list[dict[str, Any]] = []
         self.open_calls: dict[str, ToolCall] = {}
         self.step = 0
@@ -118,7 +125,11 @@ class Conversation:
             )
         if finish_reason not in ("stop", "length"):
             raise TrajectoryError(f"{where}: finish_reason must be 'stop' or 'length'")
-        ids = [int(t) for t in token_ids]
+        ids = []
+        for i, t in enumerate(token_ids):
+            if isinstance(t, bool | float) or not hasattr(t, "__index__"):
+                raise TrajectoryError(f"{where}: token {i} is {t!r}; token ids are integers")
+            ids.append(operator.index(t))
         try:
             seg = Segment(
                 Source.POLICY,
@@ -329,14 +340,14 @@ class Conversation:
             if k + 1 == len(parts):
                 break
             msg = msgs[int(parts[k + 1])]
-            text = match_content(msg["content"], target, cursor, parts[k + 2])
-            if text is None:
+            found = match_content(msg["content"], target, cursor, parts[k + 2])
+            if found is None:
                 raise TrajectoryError(
                     f"renderer: could not place the content of message {parts[k + 1]} "
                     f"({msg['role']}) in the rendered text; the template transforms it"
                 )
-            pieces.extend(self._content_pieces(msg, text, prompt))
-            cursor += len(text)
+            pieces.extend(self._content_pieces(msg, *found, prompt=prompt))
+            cursor += len(found[0])
         if cursor != len(target):
             raise TrajectoryError("renderer: rendered text and attribution disagree")
         return self._split_generation_prompt(pieces, real, offset, prompt)
@@ -356,15 +367,18 @@ class Conversation:
         nxt = self.step + (0 if prompt else 1)
         return [*pieces, _Piece(head, last.source, last.step), _Piece(gen, Source.TEMPLATE, nxt)]
 
-    def _content_pieces(self, msg: dict[str, Any], text: str, prompt: bool) -> list[_Piece]:
+    def _content_pieces(self, msg: dict[str, Any], text: str, form: str, *, prompt: bool):
         if prompt:
             return [_Piece(text, Source.PROMPT, self.step, content=True)]
         call_id = msg.get("tool_call_id")
-        echo = _echo_prefix(msg, text)
+        echo = _echo_prefix(msg)
+        shown = printed_prefix(echo, msg["content"], form) if echo else ""
+        if not text.startswith(shown):
+            shown = ""
         out = []
-        if echo:
-            out.append(_Piece(echo, Source.ECHO, self.step, call_id, content=True))
-        out.append(_Piece(text[len(echo) :], Source.ENVIRONMENT, self.step, call_id, content=True))
+        if shown:
+            out.append(_Piece(shown, Source.ECHO, self.step, call_id, content=True))
+        out.append(_Piece(text[len(shown) :], Source.ENVIRONMENT, self.step, call_id, content=True))
         return out
 
     def _emit(self, pieces: list[_Piece], *, record: bool) -> list[Segment]:
@@ -404,19 +418,20 @@ class Conversation:
         return new
 
 
-def _echo_prefix(msg: dict[str, Any], text: str) -> str:
-    """The leading part of a tool message that repeats the model's own call, if any.
+def _echo_prefix(msg: dict[str, Any]) -> str:
+    """The leading part of a tool message's content that repeats the model's own call, if any.
 
     Declared by the tool framework (`echo=`), or recognised as the exact text the model sampled
     for the call it answers (`ToolCall.raw`) or the call's canonical JSON.
     """
+    content = msg["content"]
     declared = msg.get("_echo")
-    if declared and text.startswith(declared):
+    if declared and content.startswith(declared):
         return declared
     call: ToolCall | None = msg.get("_call")
     if call is not None:
         canonical = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
         for form in (call.raw, canonical):
-            if form and text.startswith(form):
+            if form and content.startswith(form):
                 return form
     return ""

@@ -206,8 +206,7 @@ class ChatRenderer:
         content cannot form control tokens.
         """
         texts = [t for t, _ in pieces]
-        unsafe = any(c and self._added_re and self._added_re.search(t) for t, c in pieces)
-        if unsafe or not getattr(self.tokenizer, "is_fast", False):
+        if self._content_forms_control_text(pieces) or not getattr(self.tokenizer, "is_fast", 0):
             return [self.encode(t, content=c) for t, c in pieces]
         enc = self.tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)
         starts, owners, at = [], [], 0
@@ -223,6 +222,23 @@ class ChatRenderer:
                 owner = owners[bisect_right(starts, lo) - 1]
             out[owner].append(tid)
         return out
+
+    def _content_forms_control_text(self, pieces: Sequence[tuple[str, bool]]) -> bool:
+        """Would tokenizing the joined pieces turn any content character into part of a
+        control token? (Checked on the joined text: control text can straddle two pieces.)"""
+        if self._added_re is None:
+            return False
+        joined, spans, at = "", [], 0
+        for text, is_content in pieces:
+            if is_content:
+                spans.append((at, at + len(text)))
+            joined += text
+            at += len(text)
+        return any(
+            lo < m.end() and m.start() < hi
+            for m in self._added_re.finditer(joined)
+            for lo, hi in spans
+        )
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -267,15 +283,30 @@ def _template_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def match_content(content: str, target: str, cursor: int, following: str) -> str | None:
-    """The form of `content` the template printed at `cursor`: verbatim, whitespace-trimmed
-    (Llama's ``| trim``) or JSON-escaped (Llama 3.2 prints tool results with ``| tojson``; the
-    quotes are scaffold), checked against the scaffold that follows."""
-    escaped = json.dumps(content, ensure_ascii=False)[1:-1]
-    forms = (content, content.strip(), content.lstrip(), content.rstrip(), escaped)
-    for variant in dict.fromkeys(forms):
-        if target.startswith(variant, cursor) and target.startswith(
-            following, cursor + len(variant)
-        ):
-            return variant
+def match_content(content: str, target: str, cursor: int, following: str) -> tuple[str, str] | None:
+    """How the template printed `content` at `cursor`: verbatim, whitespace-trimmed (Llama's
+    ``| trim``) or JSON-escaped (Llama 3.x prints tool results with ``| tojson``; the quotes
+    are scaffold), checked against the scaffold that follows. Returns (printed text, form)."""
+    forms = {
+        "verbatim": content,
+        "strip": content.strip(),
+        "lstrip": content.lstrip(),
+        "rstrip": content.rstrip(),
+        "json": json.dumps(content, ensure_ascii=False)[1:-1],
+    }
+    for form, printed in forms.items():
+        end = cursor + len(printed)
+        if target.startswith(printed, cursor) and target.startswith(following, end):
+            return printed, form
     return None
+
+
+def printed_prefix(prefix: str, content: str, form: str) -> str:
+    """How the leading `prefix` of `content` appears once the template printed it in `form`."""
+    if form == "json":
+        return json.dumps(prefix, ensure_ascii=False)[1:-1]  # escaping is per character
+    if form in ("strip", "lstrip"):
+        prefix = prefix.lstrip()
+    if prefix == content and form in ("strip", "rstrip"):
+        prefix = prefix.rstrip()
+    return prefix
