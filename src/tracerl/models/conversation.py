@@ -1,8 +1,8 @@
 """A conversation: one episode's token stream, built turn by turn with provenance.
 
 See `tracerl.models.render` for how each kind of token is produced. This module holds the
-state machine (prompt -> policy -> observation -> policy ...) and the attribution of every
-observation delta to template scaffold, environment content and echoes.
+state machine (prompt -> policy -> observation -> policy ...); `tracerl.models.attribution`
+splits each rendered delta into template scaffold, environment content and echoes.
 
 The anchor of every check is the token stream itself: the current sample's tokens spell out
 the template's rendering of the conversation so far (`_rendered`) followed by the model's
@@ -14,34 +14,17 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import json
 import logging
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from tracerl.models.render import (
-    OBSERVATION_ROLES,
-    ROLES,
-    ChatRenderer,
-    Sentinels,
-    match_content,
-    printed_prefix,
-)
+from tracerl.models.attribution import Piece, split_delta, split_generation_prompt
+from tracerl.models.render import OBSERVATION_ROLES, ROLES, ChatRenderer, Sentinels
 from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
 
 log = logging.getLogger("tracerl")
-
-
-@dataclass(frozen=True)
-class _Piece:
-    text: str
-    source: Source
-    step: int
-    tool_call_id: str | None = None
-    content: bool = False  # message content: may never form control tokens
 
 
 class Conversation:
@@ -265,11 +248,11 @@ class Conversation:
             msg["tool_calls"] = calls
         return msg
 
-    def _prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[_Piece]]:
+    def _prompt(self, messages: list[dict[str, Any]]) -> tuple[str, list[Piece]]:
         full = self._render(messages, add_generation_prompt=True)
         return full, self._attribute(0, 0, full, prompt=True)
 
-    def _start_sample(self, rendered: str, pieces: list[_Piece]) -> None:
+    def _start_sample(self, rendered: str, pieces: list[Piece]) -> None:
         self._segments = []
         self._steps = []
         self._rendered = rendered
@@ -298,7 +281,7 @@ class Conversation:
             log.warning("%s; starting a new sample (reported once per renderer)", detail)
         return list(self._segments)
 
-    def _attribute(self, first_new: int, offset: int, real: str, *, prompt: bool) -> list[_Piece]:
+    def _attribute(self, first_new: int, offset: int, real: str, *, prompt: bool) -> list[Piece]:
         """Split `real[offset:]` into scaffold and content pieces for messages[first_new:]."""
         msgs = self.messages
         swap = {
@@ -324,68 +307,16 @@ class Conversation:
                 f"text — the chat template drops it (does it render the {m['role']!r} role?); "
                 "nothing was appended"
             )
-        target = real[offset:]
-        pieces: list[_Piece] = []
-        cursor = 0
-        scaffold_source = Source.PROMPT if prompt else Source.TEMPLATE
-        for k in range(0, len(parts), 2):
-            scaffold = parts[k]
-            if not target.startswith(scaffold, cursor):
-                raise TrajectoryError(
-                    "renderer: the chat template changes message content while rendering it; "
-                    "cannot attribute its tokens"
-                )
-            pieces.append(_Piece(scaffold, scaffold_source, self.step))
-            cursor += len(scaffold)
-            if k + 1 == len(parts):
-                break
-            msg = msgs[int(parts[k + 1])]
-            found = match_content(msg["content"], target, cursor, parts[k + 2])
-            if found is None:
-                raise TrajectoryError(
-                    f"renderer: could not place the content of message {parts[k + 1]} "
-                    f"({msg['role']}) in the rendered text; the template transforms it"
-                )
-            pieces.extend(self._content_pieces(msg, *found, prompt=prompt))
-            cursor += len(found[0])
-        if cursor != len(target):
-            raise TrajectoryError("renderer: rendered text and attribution disagree")
-        return self._split_generation_prompt(pieces, real, offset, prompt)
-
-    def _split_generation_prompt(
-        self, pieces: list[_Piece], real: str, offset: int, prompt: bool
-    ) -> list[_Piece]:
-        """The generation prompt opens the next turn: `template` tokens of the next step."""
-        no_gen = self._render(self.messages, add_generation_prompt=False)
-        last = pieces.pop()
+        pieces = split_delta(msgs, parts, real[offset:], self.step, prompt=prompt)
+        no_gen = self._render(msgs, add_generation_prompt=False)
         gen = real[len(no_gen) :] if real.startswith(no_gen) and len(no_gen) >= offset else None
-        if gen is None or not last.text.endswith(gen):
-            # The template does not simply append a generation prompt (Phi-3 prints an eos
-            # without it): the whole closing scaffold opens the next turn.
-            gen = last.text
-        head = last.text[: len(last.text) - len(gen)]
-        nxt = self.step + (0 if prompt else 1)
-        return [*pieces, _Piece(head, last.source, last.step), _Piece(gen, Source.TEMPLATE, nxt)]
+        return split_generation_prompt(pieces, gen, self.step + (0 if prompt else 1))
 
-    def _content_pieces(self, msg: dict[str, Any], text: str, form: str, *, prompt: bool):
-        if prompt:
-            return [_Piece(text, Source.PROMPT, self.step, content=True)]
-        call_id = msg.get("tool_call_id")
-        echo = _echo_prefix(msg)
-        shown = printed_prefix(echo, msg["content"], form) if echo else ""
-        if not text.startswith(shown):
-            shown = ""
-        out = []
-        if shown:
-            out.append(_Piece(shown, Source.ECHO, self.step, call_id, content=True))
-        out.append(_Piece(text[len(shown) :], Source.ENVIRONMENT, self.step, call_id, content=True))
-        return out
-
-    def _emit(self, pieces: list[_Piece], *, record: bool) -> list[Segment]:
+    def _emit(self, pieces: list[Piece], *, record: bool) -> list[Segment]:
         """Tokenize pieces, merge neighbours with the same author, append as segments."""
         pieces = [p for p in pieces if p.text]
         token_lists = self.renderer.encode_pieces([(p.text, p.content) for p in pieces])
-        runs: list[tuple[_Piece, list[int]]] = []
+        runs: list[tuple[Piece, list[int]]] = []
         for p, ids in zip(pieces, token_lists, strict=True):
             if not ids:
                 continue
@@ -416,22 +347,3 @@ class Conversation:
                 if s.source in (Source.ENVIRONMENT, Source.ECHO)
             )
         return new
-
-
-def _echo_prefix(msg: dict[str, Any]) -> str:
-    """The leading part of a tool message's content that repeats the model's own call, if any.
-
-    Declared by the tool framework (`echo=`), or recognised as the exact text the model sampled
-    for the call it answers (`ToolCall.raw`) or the call's canonical JSON.
-    """
-    content = msg["content"]
-    declared = msg.get("_echo")
-    if declared and content.startswith(declared):
-        return declared
-    call: ToolCall | None = msg.get("_call")
-    if call is not None:
-        canonical = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-        for form in (call.raw, canonical):
-            if form and content.startswith(form):
-                return form
-    return ""

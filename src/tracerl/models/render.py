@@ -281,32 +281,3 @@ def _template_message(m: dict[str, Any]) -> dict[str, Any]:
         if m.get(key) is not None:
             out[key] = m[key]
     return out
-
-
-def match_content(content: str, target: str, cursor: int, following: str) -> tuple[str, str] | None:
-    """How the template printed `content` at `cursor`: verbatim, whitespace-trimmed (Llama's
-    ``| trim``) or JSON-escaped (Llama 3.x prints tool results with ``| tojson``; the quotes
-    are scaffold), checked against the scaffold that follows. Returns (printed text, form)."""
-    forms = {
-        "verbatim": content,
-        "strip": content.strip(),
-        "lstrip": content.lstrip(),
-        "rstrip": content.rstrip(),
-        "json": json.dumps(content, ensure_ascii=False)[1:-1],
-    }
-    for form, printed in forms.items():
-        end = cursor + len(printed)
-        if target.startswith(printed, cursor) and target.startswith(following, end):
-            return printed, form
-    return None
-
-
-def printed_prefix(prefix: str, content: str, form: str) -> str:
-    """How the leading `prefix` of `content` appears once the template printed it in `form`."""
-    if form == "json":
-        return json.dumps(prefix, ensure_ascii=False)[1:-1]  # escaping is per character
-    if form in ("strip", "lstrip"):
-        prefix = prefix.lstrip()
-    if prefix == content and form in ("strip", "rstrip"):
-        prefix = prefix.rstrip()
-    return prefix
