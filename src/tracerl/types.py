@@ -262,10 +262,9 @@ class Trajectory:
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
         object.__setattr__(self, "steps", tuple(self.steps))
-        for i, seg in enumerate(self.segments):
+        for i, seg in enumerate(self.segments):  # each Segment validated itself when built
             if not isinstance(seg, Segment):
                 raise TrajectoryError(f"segment {i}: expected a Segment, got {type(seg).__name__}")
-            seg.validate(where=f"segment {i} ({seg.source.value})")
         self.check()
 
     # ---- derived views (computed once; each access returns a fresh list) -----------------

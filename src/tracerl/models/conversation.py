@@ -184,18 +184,17 @@ class Conversation:
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Restore every piece of state if the body raises: nothing is ever half-applied."""
-        saved = copy.copy(self.__dict__)
-        saved_lists = {
-            k: copy.copy(v) for k, v in saved.items() if isinstance(v, list | dict | set)
-        }
-        saved_steps = copy.deepcopy(self._steps)
+        # Containers are copied (step records deeply: observations are appended into them);
+        # everything else is immutable or replaced, never mutated in place.
+        saved = dict(self.__dict__)
+        for k, v in saved.items():
+            if isinstance(v, list | dict | set):
+                saved[k] = copy.deepcopy(v) if k == "_steps" else copy.copy(v)
         try:
             yield
         except BaseException:
             self.__dict__.clear()
             self.__dict__.update(saved)
-            self.__dict__.update(saved_lists)
-            self._steps = saved_steps
             raise
 
     def _render(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool) -> str:

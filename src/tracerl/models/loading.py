@@ -135,6 +135,16 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _save_folder_atomically(target: Path, save: Callable[[Path], Any]) -> None:
+    """Write a cache folder under a temporary name, then rename it into place: a crash never
+    leaves a half-written folder where a later load would trust it."""
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+
+
 def _load_folder(folder: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -164,13 +174,13 @@ def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
         del model.config.quantization_config
     model.hf_quantizer = None
     model.eval()
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "tracerl.json").write_text(json.dumps({"gguf": str(gguf), "format": 1}))
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "tracerl.json").write_text(json.dumps({"gguf": str(gguf), "format": 1}))
+
+    _save_folder_atomically(target, save)
     return model, tok
 
 
@@ -210,10 +220,7 @@ def smollm2_tokenizer() -> Any:
             return AutoTokenizer.from_pretrained(folder, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     target = cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tok.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    _save_folder_atomically(target, tok.save_pretrained)
     return tok
 
 

@@ -243,30 +243,22 @@ class ChatRenderer:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
-    def closing_text(
-        self, history: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, **kw: Any
-    ) -> str:
-        """Text the template puts after an assistant turn's content (e.g. ``<|im_end|>\\n``)."""
-        sentinel = Sentinels()(0)
-        msgs = [*history, {"role": "assistant", "content": sentinel}]
-        text = self.render_text(msgs, tools, add_generation_prompt=False, template_kwargs=kw)
-        at = text.rfind(sentinel)
-        if at < 0:
-            raise TrajectoryError("renderer: the chat template dropped the assistant's content")
-        return text[at + len(sentinel) :]
-
     def _turn_end_ids(self) -> set[int]:
-        """Token ids that end a model turn: eos, and the first token of the template's close."""
+        """Token ids that end a model turn: eos, and the first token the template puts after an
+        assistant turn's content (e.g. ``<|im_end|>``), found by rendering a sentinel."""
         ids: set[int] = set()
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if isinstance(eos, int):
             ids.add(eos)
+        sentinel = Sentinels()(0)
+        msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": sentinel}]
+        kw = {"date_string": "01 Jan 2026"} if self.prints_date else {}
         try:
-            kw = {"date_string": "01 Jan 2026"} if self.prints_date else {}
-            close = self.closing_text([{"role": "user", "content": "hi"}], None, **kw)
+            text = self.render_text(msgs, None, add_generation_prompt=False, template_kwargs=kw)
         except TrajectoryError:
             return ids
-        close_ids = self.encode(close, content=False)
+        at = text.rfind(sentinel)
+        close_ids = self.encode(text[at + len(sentinel) :], content=False) if at >= 0 else []
         if close_ids and close_ids[0] in set(getattr(self.tokenizer, "all_special_ids", [])):
             ids.add(close_ids[0])
         return ids

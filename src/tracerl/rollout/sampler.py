@@ -47,6 +47,9 @@ class HFSampler:
         self.temperature = temperature
         self.policy_version = policy_version
         self.generator = torch.Generator().manual_seed(seed)
+        # transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def sample(
         self, prompt_ids: Sequence[int], *, max_tokens: int, stop_token_ids: Iterable[int]
@@ -54,8 +57,6 @@ class HFSampler:
         import torch
 
         stops = set(stop_token_ids)
-        # transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`.
-        cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else None
         out: list[int] = []
         logprobs: list[float] = []
         finish = "length"
@@ -63,9 +64,9 @@ class HFSampler:
             x = torch.tensor([list(prompt_ids)], dtype=torch.long)
             past = None
             for _ in range(max_tokens):
-                kv = {cache_kw or "past_key_values": past}
+                kv = {self._cache_kw: past}
                 res = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **kv)
-                past = res.cache if cache_kw else res.past_key_values
+                past = getattr(res, self._cache_kw)
                 logp_V = torch.log_softmax(res.logits[0, -1].float() / self.temperature, dim=-1)
                 tok = int(torch.multinomial(logp_V.exp(), 1, generator=self.generator))
                 out.append(tok)
