@@ -89,7 +89,7 @@ def run_episode(bundle: Any, sampler: HFSampler, task: str, episode_id: str) -> 
     )
     sampled: list[SampleResult] = []
     for step in range(2):
-        res = sampler.sample(
+        res = sampler.generate(
             conv.token_ids, max_tokens=64, stop_token_ids=bundle.renderer.stop_token_ids
         )
         sampled.append(res)

@@ -34,7 +34,7 @@ def test_multi_turn_episode_on_smollm2_keeps_every_invariant():
     )
     sampled = []
     for step in range(3):
-        res = sampler.sample(
+        res = sampler.generate(
             conv.token_ids, max_tokens=24, stop_token_ids=bundle.renderer.stop_token_ids
         )
         sampled.append(res)

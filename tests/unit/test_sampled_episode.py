@@ -17,7 +17,7 @@ def test_random_samples_are_kept_verbatim_across_turns():
     conv = bundle.renderer.start([{"role": "user", "content": "Say something."}])
     results = []
     for step in range(3):
-        res = sampler.sample(conv.token_ids, max_tokens=20, stop_token_ids={2})
+        res = sampler.generate(conv.token_ids, max_tokens=20, stop_token_ids={2})
         results.append(res)
         conv.add_policy(
             res.token_ids,
@@ -51,7 +51,7 @@ def test_cached_sampling_logprobs_equal_a_full_forward_pass():
     temperature = 0.7
     sampler = HFSampler(bundle.model, temperature=temperature, seed=5)
     prompt = bundle.renderer.start([{"role": "user", "content": "Count."}]).token_ids
-    res = sampler.sample(prompt, max_tokens=12, stop_token_ids=set())
+    res = sampler.generate(prompt, max_tokens=12, stop_token_ids=set())
     assert res.finish_reason == "length" and len(res.token_ids) == 12
     with torch.no_grad():
         logits_T_V = bundle.model(torch.tensor([prompt + res.token_ids])).logits[0]

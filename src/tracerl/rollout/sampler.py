@@ -5,16 +5,52 @@ the log-probability under the distribution the token was actually drawn from (te
 applied, no top-k/top-p truncation). A learner that recomputes logprobs at temperature 1.0
 must apply the same temperature to compare them.
 
-This module holds the plain, one-sequence-at-a-time Hugging Face sampler and a scripted
-sampler for tests. Batching across concurrent episodes is the rollout engine's job.
+The protocol is asynchronous: the episode runner awaits `sample(request)` from many episodes
+at once, and a batching backend (`tracerl.rollout.batched.BatchedHFSampler`) serves the
+requests that are waiting together with one batched forward pass. Every result is stamped
+with the sampler's `policy_version` at the time it was sampled.
+
+A request may carry a `seed`: then its tokens depend only on that seed (and the weights), not
+on which other requests happened to share its batch. This is what makes an episode
+reproducible under concurrency.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One model turn to sample.
+
+    Attributes:
+        prompt_ids: the conversation so far (the sampler continues from exactly these tokens).
+        max_tokens: the most tokens to sample, stop token included.
+        stop_token_ids: sampling stops after any of these (it is included in the result).
+        seed: per-request RNG seed; None draws from the sampler's own generator.
+        episode_id: which episode asks (scripted samplers use it to pick a script).
+        turn: the episode's turn index (0 for the first model turn).
+    """
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    seed: int | None = None
+    episode_id: str | None = None
+    turn: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_ids", tuple(self.prompt_ids))
+        object.__setattr__(self, "stop_token_ids", frozenset(self.stop_token_ids))
+        if self.max_tokens < 1:
+            raise ValueError(f"sample request: max_tokens must be >= 1, got {self.max_tokens}")
+        if not self.prompt_ids:
+            raise ValueError("sample request: prompt_ids is empty; render a prompt first")
 
 
 @dataclass(frozen=True)
@@ -26,15 +62,26 @@ class SampleResult:
 
 
 class Sampler(Protocol):
+    """What the episode runner needs from a policy backend."""
+
     policy_version: int
 
-    def sample(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, stop_token_ids: Iterable[int]
-    ) -> SampleResult: ...
+    async def sample(self, request: SampleRequest) -> SampleResult: ...
+
+
+def _cache_keyword(model: Any) -> str:
+    """transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class HFSampler:
-    """Ancestral sampling from a causal LM with a KV cache, one sequence at a time."""
+    """Ancestral sampling from a causal LM with a KV cache, one sequence at a time.
+
+    The plain reference implementation: `generate` is synchronous, `sample` runs it in a
+    worker thread so the event loop (and the environments) keep going meanwhile. Concurrent
+    requests are served one after another; use `BatchedHFSampler` to serve them together.
+    """
 
     def __init__(
         self, model: Any, *, temperature: float = 1.0, seed: int = 0, policy_version: int = 0
@@ -47,15 +94,30 @@ class HFSampler:
         self.temperature = temperature
         self.policy_version = policy_version
         self.generator = torch.Generator().manual_seed(seed)
-        # transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`.
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = _cache_keyword(model)
+        self._lock = asyncio.Lock()
 
-    def sample(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, stop_token_ids: Iterable[int]
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        async with self._lock:  # one sequence at a time: the model is not re-entrant
+            return await asyncio.to_thread(
+                self.generate,
+                request.prompt_ids,
+                max_tokens=request.max_tokens,
+                stop_token_ids=request.stop_token_ids,
+                seed=request.seed,
+            )
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_tokens: int,
+        stop_token_ids: Iterable[int],
+        seed: int | None = None,
     ) -> SampleResult:
         import torch
 
+        gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
         stops = set(stop_token_ids)
         out: list[int] = []
         logprobs: list[float] = []
@@ -68,7 +130,7 @@ class HFSampler:
                 res = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **kv)
                 past = getattr(res, self._cache_kw)
                 logp_V = torch.log_softmax(res.logits[0, -1].float() / self.temperature, dim=-1)
-                tok = int(torch.multinomial(logp_V.exp(), 1, generator=self.generator))
+                tok = int(torch.multinomial(logp_V.exp(), 1, generator=gen))
                 out.append(tok)
                 logprobs.append(float(logp_V[tok]))
                 if tok in stops:
@@ -78,26 +140,51 @@ class HFSampler:
         return SampleResult(out, logprobs, finish, self.policy_version)
 
 
-class ScriptedSampler:
-    """Replays fixed turns (token ids, optional logprobs) in order: tests and baselines."""
+ScriptFn = Callable[[SampleRequest], Sequence[int]]
 
-    def __init__(self, turns: Sequence[Sequence[int]], *, logprob: float = -1.0) -> None:
-        self.turns = [list(t) for t in turns]
+
+class ScriptedSampler:
+    """Returns scripted turns instead of sampling: tests, baselines and replay.
+
+    `script` is either a list of turns (token id lists) served in order to whoever asks, or a
+    function of the request (so concurrent episodes can each follow their own script, keyed
+    by `request.episode_id` and `request.turn`). Each turn is cut at the first stop token or
+    at `max_tokens`, as a real sampler would. `logprobs`, when given, is a function returning
+    the recorded logprobs for a request (replay); otherwise every token gets `logprob`.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Sequence[int]] | ScriptFn,
+        *,
+        logprob: float = -1.0,
+        logprobs: Callable[[SampleRequest], Sequence[float]] | None = None,
+        policy_version: int = 0,
+    ) -> None:
+        self._turns = None if callable(script) else [list(t) for t in script]
+        self._fn = script if callable(script) else None
         self.logprob = logprob
-        self.policy_version = 0
+        self._logprobs = logprobs
+        self.policy_version = policy_version
         self.calls = 0
 
-    def sample(
-        self, prompt_ids: Sequence[int], *, max_tokens: int, stop_token_ids: Iterable[int]
-    ) -> SampleResult:
-        if self.calls >= len(self.turns):
-            raise IndexError(f"scripted sampler has only {len(self.turns)} turns")
-        turn = self.turns[self.calls]
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        if self._fn is not None:
+            turn = list(self._fn(request))
+        else:
+            assert self._turns is not None
+            if self.calls >= len(self._turns):
+                raise IndexError(f"scripted sampler has only {len(self._turns)} turns")
+            turn = self._turns[self.calls]
         self.calls += 1
-        stops = set(stop_token_ids)
         ids: list[int] = []
-        for t in turn[:max_tokens]:
+        finish = "length"
+        for t in turn[: request.max_tokens]:
             ids.append(t)
-            if t in stops:
-                return SampleResult(ids, [self.logprob] * len(ids), "stop", 0)
-        return SampleResult(ids, [self.logprob] * len(ids), "length", 0)
+            if t in request.stop_token_ids:
+                finish = "stop"
+                break
+        lps = list(self._logprobs(request))[: len(ids)] if self._logprobs else None
+        if lps is None or len(lps) != len(ids):
+            lps = [self.logprob] * len(ids)
+        return SampleResult(ids, lps, finish, self.policy_version)

@@ -1,0 +1,37 @@
+"""Environments: the async contract, tools, action parsers, faults, `check_env`, built-ins."""
+
+from tracerl.envs.base import CallOutcome, Env, Message, StepResult, ToolEnv
+from tracerl.envs.check import CheckReport, EnvCheckError, check_env
+from tracerl.envs.faults import FaultInjector
+from tracerl.envs.parsers import PARSERS, Action, get_parser, parser_for_model
+from tracerl.envs.refund_desk import RefundDesk
+from tracerl.envs.registry import make, register, registered
+from tracerl.envs.tools import InfraError, PolicyError, Tool, ToolResult, ToolSet, tool
+
+register("refund_desk", RefundDesk)
+
+__all__ = [
+    "PARSERS",
+    "Action",
+    "CallOutcome",
+    "CheckReport",
+    "Env",
+    "EnvCheckError",
+    "FaultInjector",
+    "InfraError",
+    "Message",
+    "PolicyError",
+    "RefundDesk",
+    "StepResult",
+    "Tool",
+    "ToolEnv",
+    "ToolResult",
+    "ToolSet",
+    "check_env",
+    "get_parser",
+    "make",
+    "parser_for_model",
+    "register",
+    "registered",
+    "tool",
+]

@@ -1,0 +1,222 @@
+"""The environment contract.
+
+An environment is asynchronous and lives for one episode::
+
+    env = make("refund_desk")
+    messages = await env.reset(task, seed)        # the initial messages
+    result = await env.step(action)               # StepResult(messages, terminated, truncated, info)
+    await env.close()
+
+`terminated` means the task reached an end state (the agent answered, a commit went through);
+`truncated` means the environment cut the episode short for its own reasons (Gymnasium's
+distinction). Budgets are not the environment's business: the episode runner enforces them.
+
+Every env has a `name` and a `version`, and every tool its own `version`; they go into each
+episode's receipt. `ToolEnv` is the base for tool-using environments: declare tools as
+methods with `@tool`, write `setup` (the initial messages for a task) and `sample_tasks`.
+
+`step` must be safe to retry when it reports a retryable infrastructure fault: such a step has
+changed no state (the runner retries it with backoff).
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tracerl.envs.parsers import Action
+from tracerl.envs.tools import Tool, ToolResult, ToolSet
+from tracerl.types import Attribution, Fault, FaultKind, ToolCall
+
+Message = dict[str, Any]
+GUARDS = ("dry_run", "off")
+
+
+@dataclass
+class CallOutcome:
+    """One tool call of a step and what came of it (recorded per step, replayed verbatim)."""
+
+    call: ToolCall
+    result: ToolResult
+    tool_version: str | None = None
+    effect: str = "read"
+
+    @property
+    def fault(self) -> Fault | None:
+        return self.result.error
+
+    def to_record(self) -> dict[str, Any]:
+        """The step record's per-call entry (the design notes' field names)."""
+        f = self.fault
+        infra = f is not None and f.attribution is Attribution.ENVIRONMENT
+        return {
+            "call_id": self.call.id,
+            "action": {"tool": self.call.name, "args": self.call.arguments},
+            "tool_version": self.tool_version,
+            "effect": self.effect,
+            "observation": {
+                "status": "ok" if f is None else f.kind.value,
+                "latency_ms": round(self.result.latency_ms, 3),
+                "truncated": self.result.truncated,
+                "chars": len(self.result.content),
+            },
+            "env_status": {
+                "service": "degraded" if infra else "ok",
+                "retryable": bool(f and f.retryable),
+            },
+            "policy_error": f is not None and f.attribution is Attribution.POLICY,
+            "infra_error": infra,
+            "result": self.result.to_dict(),
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> CallOutcome:
+        call = ToolCall(r["call_id"], r["action"]["tool"], r["action"]["args"])
+        return cls(call, ToolResult.from_dict(r["result"]), r.get("tool_version"), r["effect"])
+
+
+@dataclass
+class StepResult:
+    """What the environment answered to one action.
+
+    Attributes:
+        messages: observation messages (``tool`` results, or a ``user``/``system`` turn).
+        terminated: the task reached an end state.
+        truncated: the environment cut the episode short.
+        info: anything else worth keeping (JSON-able); ``info["answer"]`` for final answers.
+        calls: one outcome per executed tool call, in order.
+        evidence_gain: the environment's judgement of how much this step moved the agent
+            toward an answer (0..1); None when it cannot tell (the ledger records 0).
+    """
+
+    messages: list[Message]
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    calls: list[CallOutcome] = field(default_factory=list)
+    evidence_gain: float | None = None
+
+    def faults(self) -> list[Fault]:
+        return [c.fault for c in self.calls if c.fault is not None]
+
+
+class Env(ABC):
+    """The async, one-instance-per-episode environment contract."""
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    tools: ToolSet = ToolSet(())
+    side_effect_guard: str = "dry_run"
+
+    @abstractmethod
+    async def reset(self, task: dict[str, Any], seed: int) -> list[Message]: ...
+
+    @abstractmethod
+    async def step(self, action: Action) -> StepResult: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (sandboxes, connections). The runner always calls it."""
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return self.tools.schemas()
+
+    def tool_versions(self) -> dict[str, str]:
+        return self.tools.versions()
+
+    # ---- what `check_env` and the trainers use --------------------------------------------
+    @abstractmethod
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+        """`n` tasks (JSON-able dicts with an ``id``), deterministic in `seed`."""
+
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        """A scripted action sequence for `check_env`: ends the task, uses every write tool."""
+        return [Action(text="done", answer="done")]
+
+    def snapshot(self) -> Any:
+        """The environment's real (externally visible) state; dry runs must not change it."""
+        return None
+
+
+class ToolEnv(Env):
+    """Base for tool-using environments: tools are this class's `@tool` methods.
+
+    Subclasses implement `setup(task, seed)` (initial messages) and `sample_tasks`, and may
+    override `finish(action)` (what a final answer does) and `forbidden(call)` (task rules).
+    """
+
+    def __init__(self, *, side_effect_guard: str = "dry_run") -> None:
+        if side_effect_guard not in GUARDS:
+            raise ValueError(
+                f"{type(self).__name__}: side_effect_guard must be one of {GUARDS}, "
+                f"got {side_effect_guard!r}"
+            )
+        self.side_effect_guard = side_effect_guard
+        cls = type(self)
+        names = sorted(n for n in dir(cls) if isinstance(getattr(cls, n, None), Tool))
+        self.tools = ToolSet((getattr(self, n) for n in names), guard=side_effect_guard != "off")
+        self.task: dict[str, Any] = {}
+        self.rng = random.Random(0)
+        self.done = False
+
+    async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
+        if not isinstance(task, dict) or not task.get("id"):
+            raise ValueError(f"{self.name}: a task is a dict with an 'id', got {task!r:.200}")
+        self.task, self.rng, self.done = task, random.Random(seed), False
+        return await self.setup(task, seed)
+
+    @abstractmethod
+    async def setup(self, task: dict[str, Any], seed: int) -> list[Message]: ...
+
+    @property
+    def real_writes(self) -> bool:
+        """Writes change real state only with the guard off *and* the task's explicit
+        allowance (an isolated tenant); otherwise every write tool runs as a dry run."""
+        return self.side_effect_guard == "off" and bool(self.task.get("allow_real_writes"))
+
+    async def step(self, action: Action) -> StepResult:
+        if action.error is not None:
+            return StepResult([{"role": "user", "content": action.error.message}])
+        if not action.tool_calls:
+            return await self.finish(action)
+        outcomes = [await self.call(c) for c in action.tool_calls]
+        gains = [o.result.evidence_gain for o in outcomes]
+        known = [g for g in gains if g is not None]
+        return StepResult(
+            messages=[
+                {"role": "tool", "tool_call_id": o.call.id, "name": o.call.name,
+                 "content": o.result.content}
+                for o in outcomes
+            ],
+            terminated=self.done,
+            calls=outcomes,
+            evidence_gain=sum(known) if known else None,
+        )
+
+    async def call(self, call: ToolCall) -> CallOutcome:
+        """Run one call: unknown and forbidden tools are the policy's faults, as values."""
+        if call.name not in self.tools:
+            known = ", ".join(self.tools.names()) or "none"
+            fault = Fault(FaultKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
+            return CallOutcome(call, ToolResult.failure(fault))
+        t = self.tools[call.name]
+        reason = self.forbidden(call)
+        if reason:
+            fault = Fault(FaultKind.FORBIDDEN_TOOL, reason)
+            return CallOutcome(call, ToolResult.failure(fault), t.version, t.effect)
+        result = await t(call.arguments, dry_run=not self.real_writes)
+        return CallOutcome(call, result, t.version, t.effect)
+
+    def forbidden(self, call: ToolCall) -> str | None:
+        """Why the task does not permit this call (None if it does). Default: a task may
+        list ``allowed_tools``."""
+        allowed = self.task.get("allowed_tools")
+        if allowed is not None and call.name not in allowed:
+            return f"tool {call.name!r} is not allowed for this task (allowed: {allowed})"
+        return None
+
+    async def finish(self, action: Action) -> StepResult:
+        """A final answer ends the episode; subclasses may record or check it."""
+        self.done = True
+        return StepResult([], terminated=True, info={"answer": action.answer})

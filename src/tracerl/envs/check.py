@@ -1,0 +1,178 @@
+"""`check_env`: what every environment must pass before it is trained on.
+
+Like Gymnasium's env checker, but for the agent contract:
+
+* versions — the env has a name and a version, every tool a version;
+* schemas — every tool schema is a valid JSON-schema object the templates can render;
+* reset determinism — the same task and seed give the same observation (messages, and the
+  same tokens when a renderer is given), three times over, on fresh instances;
+* step determinism — the env's scripted action sequence gives the same results twice;
+* dry runs — every write tool has a dry-run path, the script exercises it, and under the
+  side-effect guard the env's real state is unchanged afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracerl.envs.base import Env
+from tracerl.envs.registry import make
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class EnvCheckError(AssertionError):
+    pass
+
+
+@dataclass
+class CheckReport:
+    env: str
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def __str__(self) -> str:
+        lines = [f"check_env({self.env}): {'ok' if self.ok else 'FAILED'}"]
+        lines += [f"  ok    {p}" for p in self.passed]
+        lines += [f"  FAIL  {f}" for f in self.failed]
+        return "\n".join(lines)
+
+
+def check_env(
+    env: str | Callable[[], Env],
+    *,
+    renderer: Any = None,
+    seed: int = 0,
+    raise_on_failure: bool = True,
+) -> CheckReport:
+    """Check an environment (a registered name or a zero-argument factory)."""
+    factory = (lambda: make(env)) if isinstance(env, str) else env
+    report = CheckReport(env if isinstance(env, str) else getattr(env, "__name__", "env"))
+    checks = [_versions, _schemas, _reset_determinism, _step_determinism, _dry_runs]
+    for check in checks:
+        label = check.__name__.strip("_").replace("_", " ")
+        try:
+            problem = asyncio.run(check(factory, renderer, seed))
+        except Exception as e:  # noqa: BLE001 - a crashing env fails the check, with its error
+            problem = f"raised {type(e).__name__}: {e}"
+        (report.failed if problem else report.passed).append(
+            f"{label}: {problem}" if problem else label
+        )
+    if raise_on_failure and not report.ok:
+        raise EnvCheckError(str(report))
+    return report
+
+
+async def _versions(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    env = factory()
+    if not env.name or not env.version:
+        return f"{type(env).__name__} needs class attributes `name` and `version`"
+    for name in ("reset", "step", "close"):
+        if not inspect.iscoroutinefunction(getattr(env, name)):
+            return f"{name} must be an async method"
+    missing = [t.name for t in env.tools if not t.version]
+    return f"tools without a version: {missing}" if missing else None
+
+
+async def _schemas(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    for s in factory().tool_schemas():
+        fn = s.get("function", {})
+        name, params = fn.get("name", "?"), fn.get("parameters")
+        if s.get("type") != "function" or not _NAME.match(str(fn.get("name"))):
+            return f"tool {name!r}: schema needs type 'function' and a valid name"
+        if not fn.get("description"):
+            return f"tool {name!r}: empty description (write a docstring)"
+        if not isinstance(params, dict) or params.get("type") != "object":
+            return f"tool {name!r}: parameters must be a JSON-schema object"
+        props = params.get("properties", {})
+        extra = set(params.get("required", [])) - set(props)
+        if extra:
+            return f"tool {name!r}: required names {sorted(extra)} are not properties"
+        for pname, p in props.items():
+            if not any(k in p for k in ("type", "anyOf", "enum", "$ref", "oneOf")):
+                return f"tool {name!r}: property {pname!r} has no type"
+        json.dumps(s)
+    return None
+
+
+async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    task = factory().sample_tasks(1, seed=seed)[0]
+    seen = []
+    for _ in range(3):
+        env = factory()
+        messages = await env.reset(task, seed)
+        await env.close()
+        tokens = renderer.start(messages, env.tool_schemas()).token_ids if renderer else None
+        seen.append((json.dumps(messages, sort_keys=True), tokens))
+    if any(s != seen[0] for s in seen[1:]):
+        return f"reset(task {task['id']!r}, seed {seed}) gave different observations"
+    return None
+
+
+async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: int) -> Any:
+    env = factory()
+    await env.reset(task, seed)
+    out = []
+    for action in env.check_script(task):
+        r = await env.step(action)
+        calls = [{k: v for k, v in c.to_record().items() if k != "observation"} for c in r.calls]
+        for c in calls:
+            c["result"].pop("latency_ms")
+        out.append((r.messages, r.terminated, r.truncated, calls, r.evidence_gain))
+        if r.terminated or r.truncated:
+            break
+    await env.close()
+    return env, json.dumps(out, sort_keys=True, default=str)
+
+
+async def _step_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    task = factory().sample_tasks(1, seed=seed)[0]
+    _, first = await _run_script(factory, task, seed)
+    _, second = await _run_script(factory, task, seed)
+    if first != second:
+        return f"the scripted actions on task {task['id']!r} gave different results twice"
+    return None
+
+
+async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    env = factory()
+    writes = [t for t in env.tools if t.effect == "write"]
+    if not writes:
+        return None
+    no_dry = [t.name for t in writes if not t.has_dry_run]
+    if no_dry:
+        return f"write tools without a dry-run path: {no_dry}"
+    if env.side_effect_guard != "dry_run":
+        return "check_env runs envs with side_effect_guard='dry_run' (the default)"
+    exercised: set[str] = set()
+    for task in env.sample_tasks(8, seed=seed):
+        probe = factory()
+        before = json.dumps(probe.snapshot(), sort_keys=True, default=str)
+        await probe.reset(task, seed)
+        for action in probe.check_script(task):
+            r = await probe.step(action)
+            for c in r.calls:
+                if c.effect == "write" and c.result.ok:
+                    if not c.result.dry_run or c.result.effect is None:
+                        return f"{c.call.name}: a guarded write must run dry and report its effect"
+                    exercised.add(c.call.name)
+            if r.terminated or r.truncated:
+                break
+        after = json.dumps(probe.snapshot(), sort_keys=True, default=str)
+        await probe.close()
+        if before != after:
+            return f"a dry run changed the env's real state on task {task['id']!r}"
+    missing = sorted({t.name for t in writes} - exercised)
+    if missing:
+        return f"check_script never completed a dry run of {missing} on 8 tasks"
+    return None

@@ -1,0 +1,30 @@
+"""The nouns of tracerl.
+
+`trajectory` holds who wrote each token (`Source`, `Segment`, `Trajectory`); `episode` holds
+how an episode ended and whose fault a failure was (`StopReason`, `Attribution`, `FaultKind`,
+`Fault`, `Receipt`).
+"""
+
+from tracerl.types.episode import Attribution, Fault, FaultKind, Receipt, StopReason
+from tracerl.types.trajectory import (
+    SCHEMA,
+    Segment,
+    Source,
+    ToolCall,
+    Trajectory,
+    TrajectoryError,
+)
+
+__all__ = [
+    "SCHEMA",
+    "Attribution",
+    "Fault",
+    "FaultKind",
+    "Receipt",
+    "Segment",
+    "Source",
+    "StopReason",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryError",
+]
