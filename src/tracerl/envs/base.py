@@ -4,7 +4,7 @@ An environment is asynchronous and lives for one episode::
 
     env = make("refund_desk")
     messages = await env.reset(task, seed)        # the initial messages
-    result = await env.step(action)               # StepResult(messages, terminated, truncated, info)
+    result = await env.step(action)  # StepResult(messages, terminated, truncated, info)
     await env.close()
 
 `terminated` means the task reached an end state (the agent answered, a commit went through);
@@ -116,7 +116,7 @@ class Env(ABC):
     @abstractmethod
     async def step(self, action: Action) -> StepResult: ...
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release resources (sandboxes, connections). The runner always calls it."""
 
     def tool_schemas(self) -> list[dict[str, Any]]:
@@ -185,8 +185,12 @@ class ToolEnv(Env):
         known = [g for g in gains if g is not None]
         return StepResult(
             messages=[
-                {"role": "tool", "tool_call_id": o.call.id, "name": o.call.name,
-                 "content": o.result.content}
+                {
+                    "role": "tool",
+                    "tool_call_id": o.call.id,
+                    "name": o.call.name,
+                    "content": o.result.content,
+                }
                 for o in outcomes
             ],
             terminated=self.done,

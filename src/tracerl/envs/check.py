@@ -63,7 +63,7 @@ def check_env(
         label = check.__name__.strip("_").replace("_", " ")
         try:
             problem = asyncio.run(check(factory, renderer, seed))
-        except Exception as e:  # noqa: BLE001 - a crashing env fails the check, with its error
+        except Exception as e:  # a crashing env fails the check, with its error
             problem = f"raised {type(e).__name__}: {e}"
         (report.failed if problem else report.passed).append(
             f"{label}: {problem}" if problem else label

@@ -64,8 +64,7 @@ class FaultInjector(Env):
 
     def describe(self) -> dict[str, Any]:
         """For receipts: how this wrapper was configured."""
-        return {"fault_injector": {"rate": self.rate, "kinds": list(self.kinds),
-                                   "seed": self.seed}}
+        return {"fault_injector": {"rate": self.rate, "kinds": list(self.kinds), "seed": self.seed}}
 
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
         self.rng = random.Random(f"{self.seed}:{seed}")
@@ -99,8 +98,12 @@ class FaultInjector(Env):
             latency = 1000 * self._timeout(c.name) if kind == "timeout" else 0.0
             outcomes.append(CallOutcome(c, ToolResult.failure(fault, latency), *self._meta(c)))
         messages = [
-            {"role": "tool", "tool_call_id": o.call.id, "name": o.call.name,
-             "content": o.result.content}
+            {
+                "role": "tool",
+                "tool_call_id": o.call.id,
+                "name": o.call.name,
+                "content": o.result.content,
+            }
             for o in outcomes
         ]
         return StepResult(messages, calls=outcomes, info={"injected": kind})
@@ -114,12 +117,14 @@ class FaultInjector(Env):
             messages.append({**m, "content": content[: max(1, int(len(content) * keep))]})
         by_id = {m.get("tool_call_id"): m["content"] for m in messages}
         for c in result.calls:
-            fault = Fault(FaultKind.TRUNCATED_OUTPUT, "the service returned a cut-off output",
-                          injected=True)
+            fault = Fault(
+                FaultKind.TRUNCATED_OUTPUT, "the service returned a cut-off output", injected=True
+            )
             content = by_id.get(c.call.id, c.result.content)
             c.result = dataclasses.replace(c.result, content=content, error=fault, truncated=True)
-        return dataclasses.replace(result, messages=messages,
-                                   info={**result.info, "injected": "truncated_output"})
+        return dataclasses.replace(
+            result, messages=messages, info={**result.info, "injected": "truncated_output"}
+        )
 
     def _timeout(self, name: str) -> float:
         return self.tools[name].timeout_s if name in self.tools else 10.0

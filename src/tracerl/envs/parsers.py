@@ -175,12 +175,14 @@ class SearchR1Parser:
             query = searches[0].group(1).strip()
             if not query:
                 return parse_error(text, "empty <search></search>; write a query inside")
-            call = ToolCall(f"call_{step}_0", self.tool_name, {"query": query},
-                            raw=searches[0].group(0))
+            call = ToolCall(
+                f"call_{step}_0", self.tool_name, {"query": query}, raw=searches[0].group(0)
+            )
             return Action(text=text, tool_calls=(call,))
         return parse_error(
-            text, "no action found: search with <search>query</search> or finish with "
-            "<answer>text</answer>"
+            text,
+            "no action found: search with <search>query</search> or finish with "
+            "<answer>text</answer>",
         )
 
     def format_calls(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> str:

@@ -127,11 +127,11 @@ class RefundDesk(ToolEnv):
         effect = {"refund": {"order_id": order_id, "amount": round(amount, 2), "id": refund_id}}
         if not dry_run:
             self.refunds[order_id] = round(amount, 2)
-        self.done = True
         # The model sees the same confirmation either way: a dry run must look like the real
         # thing to the policy, or training would teach behaviour for a different world.
-        return _result(f"refund {refund_id} issued: ${amount:.2f} to order {order_id}",
-                       effect=effect)
+        return _result(
+            f"refund {refund_id} issued: ${amount:.2f} to order {order_id}", effect=effect
+        )
 
     def _first(self, what: str) -> bool:
         new = what not in self._seen

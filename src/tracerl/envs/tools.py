@@ -93,8 +93,11 @@ class ToolResult:
 
     @classmethod
     def failure(cls, fault: Fault, latency_ms: float = 0.0) -> ToolResult:
-        return cls(content=f"error ({fault.kind.value}): {fault.message}", error=fault,
-                   latency_ms=latency_ms)
+        return cls(
+            content=f"error ({fault.kind.value}): {fault.message}",
+            error=fault,
+            latency_ms=latency_ms,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,7 +175,7 @@ class Tool:
                 out = await asyncio.wait_for(fn(**args), self.timeout_s)
             else:
                 out = await asyncio.wait_for(asyncio.to_thread(fn, **args), self.timeout_s)
-        except Exception as e:  # noqa: BLE001 - a tool never raises into the runner
+        except Exception as e:  # a tool never raises into the runner
             return ToolResult.failure(_classify(e, self), (time.perf_counter() - t0) * 1000)
         result = out if isinstance(out, ToolResult) else ToolResult(content=_as_text(out))
         result.latency_ms = (time.perf_counter() - t0) * 1000
@@ -187,8 +190,9 @@ def _classify(e: BaseException, t: Tool) -> Fault:
     if isinstance(e, InfraError):
         return Fault(e.kind, str(e), retryable=e.retryable, exception_type=kind_of)
     if isinstance(e, TimeoutError):
-        return Fault(FaultKind.TIMEOUT, f"{t.name} timed out after {t.timeout_s:g} s", None,
-                     kind_of)
+        return Fault(
+            FaultKind.TIMEOUT, f"{t.name} timed out after {t.timeout_s:g} s", None, kind_of
+        )
     if isinstance(e, ConnectionRefusedError):
         return Fault(FaultKind.CONNECTION_REFUSED, f"{t.name}: {e}", None, kind_of)
     return Fault(FaultKind.UNKNOWN, f"{t.name} raised {kind_of}: {e}", False, kind_of)

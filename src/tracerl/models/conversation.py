@@ -43,6 +43,7 @@ class Conversation:
         tools: Sequence[dict[str, Any]] | None,
         *,
         episode_id: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.renderer = renderer
         self.tools = list(tools) if tools else None
@@ -50,8 +51,13 @@ class Conversation:
         # Templates that print today's date see the date this conversation started, so a long
         # episode cannot straddle midnight and break its own prefix.
         self.started_at = _dt.datetime.now()
-        self.template_kwargs: dict[str, Any] = {}
-        if renderer.prints_date and "date_string" not in renderer.template_kwargs:
+        # A replay passes the recorded values, so it renders exactly what the episode saw.
+        self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
+        if (
+            template_kwargs is None
+            and renderer.prints_date
+            and "date_string" not in renderer.template_kwargs
+        ):
             self.template_kwargs["date_string"] = self.started_at.strftime("%d %b %Y")
         # Templates that call strftime_now() without a date_string override (gpt-oss) cannot be
         # frozen this way; crossing midnight there is caught as a prefix break.

@@ -134,11 +134,17 @@ class ChatRenderer:
         tools: Sequence[dict[str, Any]] | None = None,
         *,
         episode_id: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> Conversation:
-        """Begin a conversation: renders `messages` (and `tools`) as the prompt."""
+        """Begin a conversation: renders `messages` (and `tools`) as the prompt.
+
+        `template_kwargs` replaces the per-conversation template values (the frozen date);
+        replay passes the recorded ones."""
         from tracerl.models.conversation import Conversation
 
-        return Conversation(self, messages, tools, episode_id=episode_id)
+        return Conversation(
+            self, messages, tools, episode_id=episode_id, template_kwargs=template_kwargs
+        )
 
     # ---- rendering helpers (used by Conversation) ------------------------------------------
     def render_text(

@@ -168,6 +168,26 @@ class ScriptedSampler:
         self.policy_version = policy_version
         self.calls = 0
 
+    @classmethod
+    def from_texts(
+        cls,
+        renderer: Any,
+        script: Sequence[str] | Callable[[SampleRequest], str],
+        **kwargs: Any,
+    ) -> ScriptedSampler:
+        """Script turns as text: each is tokenized (as content: text never forms control
+        tokens) and closed with the template's turn-end token, as a model would sample it."""
+        eos = getattr(renderer.tokenizer, "eos_token_id", None)
+        stop = eos if eos in renderer.stop_token_ids else min(renderer.stop_token_ids)
+
+        def encode(text: str) -> list[int]:
+            return [*renderer.encode(text, content=True), stop]
+
+        if callable(script):
+            fn = script
+            return cls(lambda request: encode(fn(request)), **kwargs)
+        return cls([encode(t) for t in script], **kwargs)
+
     async def sample(self, request: SampleRequest) -> SampleResult:
         if self._fn is not None:
             turn = list(self._fn(request))

@@ -199,6 +199,9 @@ class Receipt:
     side_effect_guard: str
     rollout: dict[str, Any]
     """The rollout settings that shaped the episode (budgets, reserve, retries...)."""
+    reset_messages: list[dict[str, Any]] = field(default_factory=list)
+    """What `reset` returned: the recorded start of the tool I/O."""
+    reset_error: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
     """Per step: ``{"step", "latency_ms", "exception"}`` (exception type name or None)."""
     ledger: dict[str, Any] = field(default_factory=dict)

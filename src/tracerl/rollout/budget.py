@@ -1,0 +1,152 @@
+"""Budgets, the terminal reserve, and the ledger that accounts for them.
+
+A budget is not just a cap. The ledger records, per step, the action, its cost in
+milliseconds, its tokens and the evidence it gained (as the environment judges it; 0 when
+unknown), so training data shows what each step bought. The terminal reserve keeps the last
+steps (and, for write tasks, the last tool calls) for finishing: when the remaining budget
+reaches it, exploration stops and the agent is routed to finalize — summarize, answer, commit
+or ask for clarification — instead of being cut off mid-search.
+
+The ledger's JSON follows the design notes' shape (``rollout_id``, ``budgets``, ``events``,
+``stop_reason``, ``side_effect_guard``), so a person can read it without knowing tracerl.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class Budgets(_Config):
+    """Per-episode limits. None means unlimited."""
+
+    steps: int = Field(8, ge=1)
+    """Model turns (each turn and the observation answering it is one step)."""
+    tool_calls: int | None = Field(8, ge=0)
+    """Tool calls executed or refused, over the whole episode."""
+    sampled_tokens: int | None = Field(2048, ge=1)
+    """Tokens the policy may sample over the whole episode."""
+    context_tokens: int | None = Field(4096, ge=16)
+    """The longest the token stream (prompt + everything since) may grow."""
+    write_actions: int | None = Field(1, ge=0)
+    """Write-tool calls (dry runs included): side effects are counted separately."""
+    wall_time_s: float | None = Field(None, gt=0)
+    """Wall-clock seconds for the episode; checked before each model turn."""
+
+
+class TerminalReserve(_Config):
+    """What the budget keeps back so the agent can still finish (`terminal_reserve_policy`)."""
+
+    min_steps_for_finalize: int = Field(1, ge=0)
+    """When this many steps remain, exploration stops and the agent is asked to finalize."""
+    min_tool_calls_for_commit: int = Field(1, ge=0)
+    """For write tasks: tool calls kept for the commit; exploration may not spend them. A
+    write task whose budget cannot hold this reserve is blocked before it starts."""
+    instruction: str = (
+        "Budget nearly spent: stop exploring. Using what you found so far, give your final "
+        "answer now (commit the action if it is justified, or say what is missing)."
+    )
+    """Shown to the model as a user turn (environment tokens, never trained on)."""
+
+
+class MarginalGainStop(_Config):
+    """Stop exploring after `patience` consecutive steps that each gained less than
+    `threshold` evidence."""
+
+    threshold: float = Field(0.05, ge=0)
+    patience: int = Field(2, ge=1)
+
+
+class RetryPolicy(_Config):
+    """Retries for retryable infrastructure faults, with exponential backoff."""
+
+    max_retries: int = Field(2, ge=0)
+    backoff_s: float = Field(0.05, ge=0)
+    backoff_factor: float = Field(2.0, ge=1)
+    max_backoff_s: float = Field(2.0, ge=0)
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * self.backoff_factor**attempt)
+
+
+class RolloutConfig(_Config):
+    """Everything that shapes an episode besides the policy and the environment."""
+
+    budgets: Budgets = Budgets()
+    reserve: TerminalReserve | None = TerminalReserve()
+    """None: no reserve; budgets are hard caps that cut the episode off."""
+    marginal_gain: MarginalGainStop | None = None
+    retry: RetryPolicy = RetryPolicy()
+    max_turn_tokens: int = Field(256, ge=1)
+    """The most tokens sampled in one model turn."""
+    observation_max_tokens: int = Field(512, ge=8)
+    """Longer tool outputs are cut to this many tokens, with a visible marker."""
+    max_parse_errors: int = Field(3, ge=1)
+    """Stop after this many unreadable model turns."""
+    unknown_rate_warning: float = Field(0.05, ge=0, le=1)
+    """Warn when more than this share of steps fails with an unattributed fault."""
+
+
+Route = Literal["reserve_reached", "marginal_evidence_gain_below_threshold", "max_tool_calls"]
+
+
+class Ledger:
+    """Budget accounting for one episode."""
+
+    def __init__(
+        self, rollout_id: str, task_id: str, budgets: Budgets, reserve: TerminalReserve | None
+    ) -> None:
+        self.rollout_id, self.task_id = rollout_id, task_id
+        self.budgets, self.reserve = budgets, reserve
+        self.used = {"steps": 0, "tool_calls": 0, "sampled_tokens": 0, "write_actions": 0}
+        self.context_tokens = 0
+        self.events: list[dict[str, Any]] = []
+        self.elapsed_s: list[float] = []  # wall time before each model turn (replay reuses it)
+        self.low_gain_streak = 0
+        self.finalize: str | None = None  # why exploration was closed, once it is
+
+    def remaining(self, key: str) -> int | None:
+        limit = getattr(self.budgets, key)
+        return None if limit is None else limit - self.used[key]
+
+    def record(
+        self, step: int, action: str, cost_ms: float, tokens: int, evidence_gain: float | None
+    ) -> None:
+        self.events.append(
+            {
+                "step": step,
+                "action": action,
+                "cost_ms": round(cost_ms, 1),
+                "tokens": tokens,
+                "evidence_gain": round(evidence_gain or 0.0, 4),
+            }
+        )
+
+    def write_reserve_fits(self) -> bool:
+        """Can a write task start with its commit reserve and a finalize step intact?"""
+        r, b = self.reserve, self.budgets
+        need_calls = max(1, r.min_tool_calls_for_commit if r else 1)
+        if b.write_actions is not None and b.write_actions < 1:
+            return False
+        if b.tool_calls is not None and b.tool_calls < need_calls:
+            return False
+        return r is None or b.steps > r.min_steps_for_finalize
+
+    def to_dict(self, stop_reason: str | None, side_effect_guard: str) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout_id,
+            "task": self.task_id,
+            "budgets": self.budgets.model_dump(),
+            "reserve": self.reserve.model_dump(exclude={"instruction"}) if self.reserve else None,
+            "used": {**self.used, "context_tokens": self.context_tokens},
+            "events": self.events,
+            "finalize": self.finalize,
+            "elapsed_s": self.elapsed_s,
+            "stop_reason": stop_reason,
+            "side_effect_guard": side_effect_guard,
+        }

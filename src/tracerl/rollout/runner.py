@@ -1,0 +1,511 @@
+"""The episode runner: one agent, one environment, one task, until a stop reason.
+
+Read top to bottom, an episode is::
+
+    reset the env  ->  render the prompt  ->  loop:
+        check budgets (steps, tokens, context, wall time)      -> maybe stop
+        sample one model turn (policy tokens, loss 1)           -> parse it into an Action
+        parse error?   show it to the model (policy's fault)    -> maybe parse_error_limit
+        final answer?  let the env see it                       -> stop: answered
+        tool calls?    gate them on the budget and the reserve,
+                       run them (retrying infra faults with backoff),
+                       truncate huge outputs, update the ledger,
+                       maybe route to finalize                  -> append the observation
+
+Every step is recorded with what the design notes ask for (``action``, ``observation``,
+``env_status``, ``policy_error``, ``infra_error``, ``reward.attribution``) plus the raw
+environment results of every attempt, which is what exact replay feeds back in.
+An episode whose environment failed it is kept, attributed to the environment and marked
+ineligible for the policy gradient; it never becomes a negative sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracerl.envs.base import CallOutcome, Env, Message, StepResult
+from tracerl.envs.parsers import Action, ActionParser, parser_for_model
+from tracerl.envs.tools import ToolResult
+from tracerl.rollout.budget import Ledger, RolloutConfig
+from tracerl.rollout.sampler import Sampler, SampleRequest, SampleResult
+from tracerl.types import Attribution, Fault, FaultKind, Receipt, StopReason, Trajectory
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class Policy:
+    """The policy as the runner sees it: a sampler, the chat renderer, the action parser."""
+
+    sampler: Sampler
+    renderer: Any  # tracerl.models.ChatRenderer
+    parser: ActionParser
+    model_id: str
+    """The model's load spec ('smollm2-135m-instruct', 'tiny-random', 'hf:...'): replay
+    loads the same tokenizer and template from it."""
+
+    @classmethod
+    def from_bundle(cls, bundle: Any, sampler: Sampler, parser: ActionParser | None = None):
+        return cls(sampler, bundle.renderer, parser or parser_for_model(bundle.spec), bundle.spec)
+
+
+@dataclass
+class Episode:
+    """A finished episode: its trajectories (with steps, receipt) and how it ended."""
+
+    trajectories: list[Trajectory]
+    receipt: Receipt
+    stop_reason: StopReason
+    attribution: Attribution
+    gradient_eligible: bool
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def episode_id(self) -> str:
+        return self.receipt.episode_id
+
+
+def episode_seed(seed: int, *parts: Any) -> int:
+    """A stable 63-bit seed derived from a base seed and labels (task id, member index...)."""
+    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+async def run_episode(
+    env: Env,
+    task: dict[str, Any],
+    policy: Policy,
+    config: RolloutConfig | None = None,
+    *,
+    seed: int = 0,
+    episode_id: str | None = None,
+    clock: Callable[[int], float] | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> Episode:
+    """Run one episode to its stop reason. The env is closed afterwards.
+
+    `clock(step)` returns the seconds elapsed before model turn `step` (replay passes the
+    recorded ones); by default it is the wall clock since the episode started.
+    """
+    run = _EpisodeRun(env, task, policy, config or RolloutConfig(), seed, episode_id, clock, sleep)
+    try:
+        return await run.run()
+    finally:
+        await env.close()
+
+
+class _EpisodeRun:
+    def __init__(
+        self,
+        env: Env,
+        task: dict[str, Any],
+        policy: Policy,
+        config: RolloutConfig,
+        seed: int,
+        episode_id: str | None,
+        clock: Callable[[int], float] | None,
+        sleep: Sleep,
+    ) -> None:
+        self.env, self.task, self.policy, self.cfg, self.seed = env, task, policy, config, seed
+        self.episode_id = episode_id or f"{task.get('id', 'task')}:s{seed}"
+        self.replay_id = (
+            "ro_" + hashlib.sha256(f"{self.episode_id}:{time.time_ns()}".encode()).hexdigest()[:10]
+        )
+        self.t0 = time.perf_counter()
+        self.clock = clock or (lambda step: time.perf_counter() - self.t0)
+        self.sleep = sleep
+        self.ledger = Ledger(self.replay_id, str(task.get("id")), config.budgets, config.reserve)
+        self.records: dict[int, dict[str, Any]] = {}
+        self.reset_messages: list[Message] = []
+        self.conv: Any = None
+        self.parse_errors = 0
+        self.env_fault = False  # the policy saw a degraded observation, or the env failed it
+        self.unknown_fault = False
+        self.write_task = task.get("effect") == "write"
+        self.announced = False  # the finalize instruction was shown
+        self.reset_error: str | None = None
+
+    # ---- the loop --------------------------------------------------------------------------
+    async def run(self) -> Episode:
+        stop = await self._start()
+        while stop is None:
+            stop = self._stop_before_turn()
+            if stop is not None:
+                break
+            step = self.conv.step
+            res = await self._sample(step)
+            action = self.policy.parser.parse(self._text(res), step=step)
+            self.conv.add_policy(
+                res.token_ids,
+                res.logprobs,
+                finish_reason=res.finish_reason,
+                tool_calls=action.tool_calls,
+                policy_version=res.policy_version,
+            )
+            self.ledger.used["steps"] += 1
+            self.ledger.used["sampled_tokens"] += len(res.token_ids)
+            stop = await self._act(step, action, res)
+        return self._finish(stop)
+
+    async def _start(self) -> StopReason | None:
+        try:
+            self.reset_messages = await self.env.reset(self.task, self.seed)
+        except Exception as e:  # the env failed to start: an infra failure
+            self.env_fault = True
+            self.reset_error = f"{type(e).__name__}: {e}"
+            return StopReason.INFRA_FAILURE
+        self.conv = self.policy.renderer.start(
+            self.reset_messages, self.env.tool_schemas() or None, episode_id=self.episode_id
+        )
+        if self.write_task and not self.ledger.write_reserve_fits():
+            return StopReason.WRITE_BLOCKED
+        return None
+
+    def _stop_before_turn(self) -> StopReason | None:
+        b, used = self.cfg.budgets, self.ledger.used
+        step = self.conv.step
+        self.ledger.context_tokens = len(self.conv.token_ids)
+        elapsed = self.clock(step)
+        self.ledger.elapsed_s.append(round(elapsed, 4))
+        if b.wall_time_s is not None and elapsed >= b.wall_time_s:
+            return StopReason.TIMEOUT
+        if used["steps"] >= b.steps:
+            return self._route_stop(StopReason.MAX_STEPS)
+        if b.sampled_tokens is not None and used["sampled_tokens"] >= b.sampled_tokens:
+            return StopReason.MAX_TOKENS
+        if b.context_tokens is not None and self.ledger.context_tokens >= b.context_tokens - 1:
+            return StopReason.CONTEXT_OVERFLOW
+        return None
+
+    def _route_stop(self, default: StopReason) -> StopReason:
+        """A budget ran out: if the agent had been routed to finalize, that is why it stopped."""
+        return StopReason(self.ledger.finalize) if self.ledger.finalize else default
+
+    async def _sample(self, step: int) -> SampleResult:
+        b, used = self.cfg.budgets, self.ledger.used
+        limit = self.cfg.max_turn_tokens
+        if b.sampled_tokens is not None:
+            limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
+        if b.context_tokens is not None:
+            limit = min(limit, b.context_tokens - self.ledger.context_tokens)
+        request = SampleRequest(
+            self.conv.token_ids,
+            max_tokens=max(1, limit),
+            stop_token_ids=self.policy.renderer.stop_token_ids,
+            seed=episode_seed(self.seed, self.episode_id, "turn", step),
+            episode_id=self.episode_id,
+            turn=step,
+        )
+        return await self.policy.sampler.sample(request)
+
+    def _text(self, res: SampleResult) -> str:
+        ids = res.token_ids
+        if res.finish_reason == "stop" and ids and ids[-1] in self.policy.renderer.stop_token_ids:
+            ids = ids[:-1]
+        return self.policy.renderer.decode(ids)
+
+    # ---- one step --------------------------------------------------------------------------
+    async def _act(self, step: int, action: Action, res: SampleResult) -> StopReason | None:
+        rec = self.records.setdefault(step, {"elapsed_s": self.ledger.elapsed_s[-1]})
+        rec.update(action=action.to_dict(), policy_error=False, infra_error=False, attempts=[])
+        t0 = time.perf_counter()
+        if action.error is not None:
+            return self._parse_error(step, action.error, rec, res)
+        if action.is_final and res.finish_reason == "length":
+            self._log_step(step, "answer_cut", t0, res, rec, None)
+            return StopReason.MAX_TOKENS  # the answer was cut off by the token limit
+        if action.is_final:
+            result = await self._env_step(action, rec)
+            self._log_step(step, "answer", t0, res, rec, result)
+            if result is None:
+                return StopReason.INFRA_FAILURE
+            return StopReason.ANSWERED
+        return await self._tool_step(step, action, res, rec, t0)
+
+    def _parse_error(
+        self, step: int, fault: Fault, rec: dict[str, Any], res: SampleResult
+    ) -> StopReason | None:
+        self.parse_errors += 1
+        rec.update(policy_error=True, fault=fault.to_dict())
+        self._log_step(step, "parse_error", time.perf_counter(), res, rec, None)
+        if self.parse_errors >= self.cfg.max_parse_errors:
+            return StopReason.PARSE_ERROR_LIMIT
+        note = f"Your last message could not be read ({fault.message})."
+        return self._observe(step, [{"role": "user", "content": note}], rec)
+
+    async def _tool_step(
+        self, step: int, action: Action, res: SampleResult, rec: dict[str, Any], t0: float
+    ) -> StopReason | None:
+        allowed, refused, stop = self._gate(action)
+        result = StepResult([])
+        if allowed:
+            result = await self._env_step(dataclasses.replace(action, tool_calls=allowed), rec)
+            if result is None:
+                self._log_step(step, "+".join(c.name for c in allowed), t0, res, rec, None)
+                return StopReason.INFRA_FAILURE
+        outcomes = {o.call.id: o for o in result.calls} | {o.call.id: o for o in refused}
+        messages = self._merge(action, result, refused)
+        self._account(outcomes.values())
+        rec["calls"] = [outcomes[c.id].to_record() for c in action.tool_calls if c.id in outcomes]
+        rec["policy_error"] = any(r["policy_error"] for r in rec["calls"])
+        rec["infra_error"] = rec["infra_error"] or any(r["infra_error"] for r in rec["calls"])
+        rec.update(terminated=result.terminated, truncated=result.truncated, info=result.info)
+        self._log_step(step, "+".join(c.name for c in action.tool_calls), t0, res, rec, result)
+        if stop is not None:
+            return stop
+        if result.terminated or result.truncated:
+            return StopReason.ENV_TERMINATED
+        stop = self._maybe_finalize()
+        if stop is not None:
+            return stop
+        if self.ledger.finalize and not self.announced and self.cfg.reserve is not None:
+            # Routed to finalize: the instruction is an environment turn (no loss).
+            self.announced = True
+            rec["finalize"] = self.ledger.finalize
+            messages.append({"role": "user", "content": self.cfg.reserve.instruction})
+        return self._observe(step, messages, rec)
+
+    def _gate(self, action: Action) -> tuple[list[Any], list[CallOutcome], StopReason | None]:
+        """Which calls run. Refusals are the policy's faults, shown to it as tool results."""
+        allowed, refused, stop = [], [], None
+        calls_left = self.ledger.remaining("tool_calls")
+        writes_left = self.ledger.remaining("write_actions")
+        commit_reserve = self.cfg.reserve.min_tool_calls_for_commit if self.cfg.reserve else 0
+        for call in action.tool_calls:
+            is_write = call.name in self.env.tools and self.env.tools[call.name].effect == "write"
+            reason = None
+            if is_write and not self.write_task:
+                reason = "this task permits no write actions"
+            elif is_write and writes_left is not None and writes_left <= 0:
+                reason, stop = "the write budget is spent", StopReason.WRITE_BLOCKED
+            elif calls_left is not None and calls_left <= 0:
+                reason = "the tool-call budget is spent; answer now"
+            elif not is_write and self.ledger.finalize:
+                reason = "exploration is closed (budget reserve); give your final answer"
+            elif (
+                not is_write
+                and self.write_task
+                and calls_left is not None
+                and calls_left - 1 < commit_reserve
+            ):
+                reason = "the remaining tool calls are reserved for committing; finalize now"
+                self.ledger.finalize = self.ledger.finalize or "reserve_reached"
+            if reason is not None:
+                fault = Fault(FaultKind.FORBIDDEN_TOOL, f"{call.name}: {reason}")
+                refused.append(CallOutcome(call, ToolResult.failure(fault), effect="refused"))
+                continue
+            allowed.append(call)
+            calls_left = None if calls_left is None else calls_left - 1
+            writes_left = None if writes_left is None or not is_write else writes_left - 1
+        return allowed, refused, stop
+
+    async def _env_step(self, action: Action, rec: dict[str, Any]) -> StepResult | None:
+        """env.step with retries for retryable infra faults; None if the env kept failing."""
+        t0 = time.perf_counter()
+        for attempt in range(self.cfg.retry.max_retries + 1):
+            try:
+                result = await self.env.step(action)
+            except Exception as e:  # an env bug: nobody can say whose fault
+                self.unknown_fault = True
+                rec.update(exception=type(e).__name__, infra_error=True)
+                rec["attempts"].append({"exception": f"{type(e).__name__}: {e}"})
+                rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+                return None
+            rec["attempts"].append(_result_record(result))
+            hard = [
+                f
+                for f in result.faults()
+                if f.attribution is Attribution.ENVIRONMENT
+                and f.kind is not FaultKind.TRUNCATED_OUTPUT
+            ]
+            if not hard:
+                rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+                return result
+            rec["infra_error"] = True
+            rec["exception"] = hard[0].exception_type or hard[0].kind.value
+            if not all(f.retryable for f in hard) or attempt == self.cfg.retry.max_retries:
+                break
+            await self.sleep(self.cfg.retry.delay(attempt))
+        self.env_fault = True
+        rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        return None
+
+    def _merge(
+        self, action: Action, result: StepResult, refused: list[CallOutcome]
+    ) -> list[Message]:
+        """The observation: env messages and refusals in call order, huge outputs cut."""
+        by_id = {m.get("tool_call_id"): m for m in result.messages if m.get("role") == "tool"}
+        for o in refused:
+            by_id[o.call.id] = {
+                "role": "tool",
+                "tool_call_id": o.call.id,
+                "name": o.call.name,
+                "content": o.result.content,
+            }
+        messages = [by_id[c.id] for c in action.tool_calls if c.id in by_id]
+        messages += [m for m in result.messages if m.get("role") != "tool"]
+        outcomes = {o.call.id: o for o in result.calls}
+        return [self._truncate(m, outcomes.get(m.get("tool_call_id"))) for m in messages]
+
+    def _truncate(self, m: Message, outcome: CallOutcome | None) -> Message:
+        limit = self.cfg.observation_max_tokens
+        ids = self.policy.renderer.encode(m.get("content", ""), content=True)
+        if len(ids) <= limit:
+            return m
+        kept = self.policy.renderer.decode(ids[:limit])
+        marker = f"\n[... output truncated: showing {limit} of {len(ids)} tokens ...]"
+        if outcome is not None:
+            outcome.result.truncated = True
+        return {**m, "content": kept + marker}
+
+    def _account(self, outcomes: Any) -> None:
+        for o in outcomes:
+            if o.effect == "refused":
+                continue
+            self.ledger.used["tool_calls"] += 1
+            self.ledger.used["write_actions"] += o.effect == "write"
+            if o.fault is not None and o.fault.attribution is Attribution.ENVIRONMENT:
+                self.env_fault = True  # a degraded observation reached the policy
+            if o.fault is not None and o.fault.attribution is Attribution.UNKNOWN:
+                self.unknown_fault = True
+
+    def _maybe_finalize(self) -> StopReason | None:
+        """After a tool step: close exploration when the reserve (or low evidence gain) says
+        so. Without a reserve, the budget is a hard cap and the episode stops instead."""
+        gain = self.ledger.events[-1]["evidence_gain"]
+        mg = self.cfg.marginal_gain
+        if mg is not None:
+            low = gain < mg.threshold
+            self.ledger.low_gain_streak = self.ledger.low_gain_streak + 1 if low else 0
+        if self.ledger.finalize:
+            return None
+        trigger = None
+        r = self.cfg.reserve
+        steps_left = self.cfg.budgets.steps - self.ledger.used["steps"]
+        calls_left = self.ledger.remaining("tool_calls")
+        if mg is not None and self.ledger.low_gain_streak >= mg.patience:
+            trigger = StopReason.MARGINAL_GAIN
+        elif r is not None and steps_left <= r.min_steps_for_finalize:
+            trigger = StopReason.RESERVE_REACHED
+        elif calls_left is not None and calls_left <= (
+            r.min_tool_calls_for_commit if r and self.write_task else 0
+        ):
+            trigger = StopReason.RESERVE_REACHED if r else StopReason.MAX_TOOL_CALLS
+        if trigger is None or steps_left <= 0:
+            return None  # out of steps: the next turn's budget check stops the episode
+        if r is None:
+            return trigger
+        self.ledger.finalize = trigger.value
+        return None
+
+    def _observe(self, step: int, messages: list[Message], rec: dict[str, Any]) -> None:
+        rec["observation_messages"] = messages
+        if messages:
+            self.conv.add_observation(messages)
+        else:
+            self.conv.add_observation([{"role": "user", "content": "(no output)"}])
+        return None
+
+    def _log_step(
+        self,
+        step: int,
+        label: str,
+        t0: float,
+        res: SampleResult,
+        rec: dict[str, Any],
+        result: StepResult | None,
+    ) -> None:
+        gain = result.evidence_gain if result is not None else None
+        rec["evidence_gain"] = gain or 0.0
+        cost_ms = rec.get("latency_ms", (time.perf_counter() - t0) * 1000)
+        self.ledger.record(step, label, cost_ms, len(res.token_ids), gain)
+        owner = (
+            Attribution.ENVIRONMENT
+            if rec["infra_error"]
+            else Attribution.POLICY
+            if rec["policy_error"]
+            else None
+        )
+        rec["reward"] = {"task": None, "attribution": owner.value if owner else None}
+
+    # ---- the end ---------------------------------------------------------------------------
+    def _finish(self, stop: StopReason) -> Episode:
+        if stop is StopReason.INFRA_FAILURE:
+            self.env_fault = True
+        attribution = (
+            Attribution.ENVIRONMENT
+            if self.env_fault
+            else Attribution.UNKNOWN
+            if self.unknown_fault
+            else Attribution.POLICY
+        )
+        samples = self.conv.samples() if self.conv is not None else [Trajectory(segments=())]
+        sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
+        eligible = attribution is Attribution.POLICY and sampled > 0
+        receipt = self._receipt(stop, attribution, eligible)
+        trajectories = [
+            dataclasses.replace(
+                t,
+                steps=tuple({**s, **self.records.get(s["step"], {})} for s in t.steps),
+                receipt=receipt.to_dict(),
+                episode_id=self.episode_id,
+                _cache={},
+            )
+            for t in samples
+        ]
+        steps = [dict(s) for t in trajectories for s in t.steps]
+        return Episode(trajectories, receipt, stop, attribution, eligible, steps)
+
+    def _receipt(self, stop: StopReason, attribution: Attribution, eligible: bool) -> Receipt:
+        env_spec = dict(getattr(self.env, "spec", None) or {"name": self.env.name, "kwargs": {}})
+        describe = getattr(self.env, "describe", None)
+        return Receipt(
+            replay_id=self.replay_id,
+            episode_id=self.episode_id,
+            env={
+                **env_spec,
+                "version": self.env.version,
+                "wrappers": [describe()] if describe else [],
+            },
+            tool_versions=self.env.tool_versions(),
+            task_id=str(self.task.get("id")),
+            task=self.task,
+            seed=self.seed,
+            policy_version=getattr(self.policy.sampler, "policy_version", None),
+            model_id=self.policy.model_id,
+            template_hash=self.policy.renderer.template_hash,
+            template_kwargs=dict(self.conv.template_kwargs) if self.conv else {},
+            parser=self.policy.parser.name,
+            side_effect_guard=self.env.side_effect_guard,
+            rollout=self.cfg.model_dump(),
+            reset_messages=self.reset_messages,
+            reset_error=self.reset_error,
+            steps=[
+                {"step": k, "latency_ms": r.get("latency_ms", 0.0), "exception": r.get("exception")}
+                for k, r in sorted(self.records.items())
+            ],
+            ledger=self.ledger.to_dict(stop.value, self.env.side_effect_guard),
+            stop_reason=stop.value,
+            attribution=attribution.value,
+            gradient_eligible=eligible,
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            wall_time_s=round(time.perf_counter() - self.t0, 4),
+        )
+
+
+def _result_record(result: StepResult) -> dict[str, Any]:
+    """An env result as recorded (before the runner touches it): what exact replay feeds."""
+    return {
+        "messages": [dict(m) for m in result.messages],
+        "terminated": result.terminated,
+        "truncated": result.truncated,
+        "info": result.info,
+        "calls": [c.to_record() for c in result.calls],
+        "evidence_gain": result.evidence_gain,
+    }
