@@ -71,3 +71,11 @@ def family_renderer(base_tokenizer) -> Callable[..., ChatRenderer]:
         return ChatRenderer(family_tokenizer(base, family), template, **kwargs)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The tiny random policy bundle (SmolLM2's tokenizer and template, random weights)."""
+    from tracerl.models import load
+
+    return load("tiny-random")

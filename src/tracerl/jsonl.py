@@ -60,20 +60,25 @@ def iter_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trajectory file")
     with _open(path, "r") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TrajectoryError(
-                    f"{where}: not valid JSON ({e.msg} at column {e.colno}); "
-                    "the line may be truncated by a crash — remove it and rerun"
-                ) from None
-            if not isinstance(obj, dict):
-                raise TrajectoryError(f"{where}: expected a JSON object per line")
-            yield Trajectory.from_dict(obj, where=where)
+        yield from parse_lines(f, path)
+
+
+def parse_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    """Trajectories from JSON lines read from `path` (named in errors)."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TrajectoryError(
+                f"{where}: not valid JSON ({e.msg} at column {e.colno}); "
+                "the line may be truncated by a crash — remove it and rerun"
+            ) from None
+        if not isinstance(obj, dict):
+            raise TrajectoryError(f"{where}: expected a JSON object per line")
+        yield Trajectory.from_dict(obj, where=where)
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:

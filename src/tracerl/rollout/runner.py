@@ -87,13 +87,16 @@ async def run_episode(
     episode_id: str | None = None,
     clock: Callable[[int], float] | None = None,
     sleep: Sleep = asyncio.sleep,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> Episode:
     """Run one episode to its stop reason. The env is closed afterwards.
 
-    `clock(step)` returns the seconds elapsed before model turn `step` (replay passes the
-    recorded ones); by default it is the wall clock since the episode started.
+    `clock(step)` returns the seconds elapsed before model turn `step`, and
+    `template_kwargs` the chat template's per-conversation values; replay passes the recorded
+    ones. By default: the wall clock since the episode started, and today's date.
     """
     run = _EpisodeRun(env, task, policy, config or RolloutConfig(), seed, episode_id, clock, sleep)
+    run.template_kwargs = template_kwargs
     try:
         return await run.run()
     finally:
@@ -130,6 +133,7 @@ class _EpisodeRun:
         self.write_task = task.get("effect") == "write"
         self.announced = False  # the finalize instruction was shown
         self.reset_error: str | None = None
+        self.template_kwargs: dict[str, Any] | None = None
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:
@@ -161,7 +165,10 @@ class _EpisodeRun:
             self.reset_error = f"{type(e).__name__}: {e}"
             return StopReason.INFRA_FAILURE
         self.conv = self.policy.renderer.start(
-            self.reset_messages, self.env.tool_schemas() or None, episode_id=self.episode_id
+            self.reset_messages,
+            self.env.tool_schemas() or None,
+            episode_id=self.episode_id,
+            template_kwargs=self.template_kwargs,
         )
         if self.write_task and not self.ledger.write_reserve_fits():
             return StopReason.WRITE_BLOCKED
@@ -255,6 +262,9 @@ class _EpisodeRun:
         rec["calls"] = [outcomes[c.id].to_record() for c in action.tool_calls if c.id in outcomes]
         rec["policy_error"] = any(r["policy_error"] for r in rec["calls"])
         rec["infra_error"] = rec["infra_error"] or any(r["infra_error"] for r in rec["calls"])
+        rec["unknown_error"] = any(
+            (r["result"]["error"] or {}).get("attribution") == "unknown" for r in rec["calls"]
+        )
         rec.update(terminated=result.terminated, truncated=result.truncated, info=result.info)
         self._log_step(step, "+".join(c.name for c in action.tool_calls), t0, res, rec, result)
         if stop is not None:
@@ -313,7 +323,7 @@ class _EpisodeRun:
                 result = await self.env.step(action)
             except Exception as e:  # an env bug: nobody can say whose fault
                 self.unknown_fault = True
-                rec.update(exception=type(e).__name__, infra_error=True)
+                rec.update(exception=type(e).__name__, unknown_error=True)
                 rec["attempts"].append({"exception": f"{type(e).__name__}: {e}"})
                 rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
                 return None
@@ -436,7 +446,7 @@ class _EpisodeRun:
 
     # ---- the end ---------------------------------------------------------------------------
     def _finish(self, stop: StopReason) -> Episode:
-        if stop is StopReason.INFRA_FAILURE:
+        if stop is StopReason.INFRA_FAILURE and not self.unknown_fault:
             self.env_fault = True
         attribution = (
             Attribution.ENVIRONMENT
@@ -474,6 +484,7 @@ class _EpisodeRun:
                 "wrappers": [describe()] if describe else [],
             },
             tool_versions=self.env.tool_versions(),
+            tool_schemas=[{**t.schema(), "x-effect": t.effect} for t in self.env.tools],
             task_id=str(self.task.get("id")),
             task=self.task,
             seed=self.seed,

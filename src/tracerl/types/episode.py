@@ -186,6 +186,8 @@ class Receipt:
     env: dict[str, Any]
     """``{"name", "version", "kwargs"}``: how to rebuild the environment with `make`."""
     tool_versions: dict[str, str]
+    tool_schemas: list[dict[str, Any]]
+    """The tool schemas the prompt rendered (and each tool's effect under ``x-effect``)."""
     task_id: str
     task: dict[str, Any]
     """The task as given to `reset` (JSON), so a live replay can run it again."""

@@ -1,0 +1,126 @@
+"""Groups of episodes: G episodes of one task (what GRPO compares), many groups at once.
+
+`run_groups` bounds concurrency across all groups with one semaphore, so a batch of tasks
+never has more than `max_concurrent_episodes` environments open, while a batching sampler
+still sees every waiting episode at once. Each finished episode is appended to the run
+directory as soon as it finishes (see `EpisodeWriter`), so a crash loses only episodes in
+flight. `rollout_metrics` summarizes a batch in the metric names the dashboard plots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tracerl.envs.base import Env
+from tracerl.envs.registry import make
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.persist import EpisodeWriter
+from tracerl.rollout.runner import Episode, Policy, episode_seed, run_episode
+from tracerl.types import Attribution, StopReason
+
+log = logging.getLogger("tracerl")
+EnvSource = str | Callable[[], Env]
+
+
+def _factory(env: EnvSource) -> Callable[[], Env]:
+    return (lambda: make(env)) if isinstance(env, str) else env
+
+
+async def run_group(
+    env: EnvSource,
+    task: dict[str, Any],
+    policy: Policy,
+    config: RolloutConfig | None = None,
+    *,
+    group_size: int,
+    seed: int = 0,
+    writer: EpisodeWriter | None = None,
+    limit: asyncio.Semaphore | None = None,
+) -> list[Episode]:
+    """`group_size` episodes of one task, each with its own seed and a fresh env."""
+    if group_size < 1:
+        raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
+    factory = _factory(env)
+
+    async def member(g: int) -> Episode:
+        async with limit or contextlib.nullcontext():
+            episode = await run_episode(
+                factory(),
+                task,
+                policy,
+                config,
+                seed=episode_seed(seed, task.get("id"), g),
+                episode_id=f"{task.get('id')}:s{seed}:g{g}",
+            )
+        if writer is not None:
+            writer.append(episode.trajectories)
+        return episode
+
+    return list(await asyncio.gather(*(member(g) for g in range(group_size))))
+
+
+async def run_groups(
+    env: EnvSource,
+    tasks: Sequence[dict[str, Any]],
+    policy: Policy,
+    config: RolloutConfig | None = None,
+    *,
+    group_size: int,
+    seed: int = 0,
+    max_concurrent_episodes: int = 16,
+    writer: EpisodeWriter | None = None,
+) -> list[list[Episode]]:
+    """One group per task, all running concurrently within the episode limit."""
+    limit = asyncio.Semaphore(max_concurrent_episodes)
+    groups = [
+        run_group(
+            env, t, policy, config, group_size=group_size, seed=seed, writer=writer, limit=limit
+        )
+        for t in tasks
+    ]
+    return list(await asyncio.gather(*groups))
+
+
+def rollout_metrics(
+    episodes: Sequence[Episode], *, unknown_warning: float = 0.05
+) -> dict[str, float]:
+    """Per-batch rollout metrics: ``stop/<reason>`` (share of episodes), attribution rates
+    (share of steps), budget use and the reserve's effect.
+
+    * ``rollout/premature_stop_rate``: episodes a budget cut off without ever being offered
+      a finalize turn (what the terminal reserve exists to prevent);
+    * ``rollout/unfinished_after_budget``: episodes that ended on any budget without answering.
+    """
+    n = max(1, len(episodes))
+    m: dict[str, float] = {}
+    for reason in StopReason:
+        m[f"stop/{reason.value}"] = sum(e.stop_reason is reason for e in episodes) / n
+    steps = [s for e in episodes for s in e.steps if "action" in s]
+    k = max(1, len(steps))
+    m["attribution/policy_error_rate"] = sum(bool(s.get("policy_error")) for s in steps) / k
+    m["attribution/env_error_rate"] = sum(bool(s.get("infra_error")) for s in steps) / k
+    m["attribution/unknown_rate"] = sum(bool(s.get("unknown_error")) for s in steps) / k
+    for owner in Attribution:
+        m[f"attribution/episodes_{owner.value}"] = sum(e.attribution is owner for e in episodes) / n
+    budget_stops = [e for e in episodes if e.stop_reason.is_budget]
+    m["rollout/premature_stop_rate"] = (
+        sum(not e.receipt.ledger.get("finalize") for e in budget_stops) / n
+    )
+    m["rollout/unfinished_after_budget"] = len(budget_stops) / n
+    m["rollout/finalize_rate"] = sum(bool(e.receipt.ledger.get("finalize")) for e in episodes) / n
+    m["rollout/gradient_eligible_rate"] = sum(e.gradient_eligible for e in episodes) / n
+    m["rollout/retries"] = sum(max(0, len(s.get("attempts", [])) - 1) for s in steps)
+    for key in ("steps", "tool_calls", "sampled_tokens", "write_actions"):
+        m[f"cost/{key}_mean"] = sum(e.receipt.ledger["used"][key] for e in episodes) / n
+    if m["attribution/unknown_rate"] > unknown_warning:
+        log.warning(
+            "%.0f%% of steps failed with an unattributed fault (threshold %.0f%%): fix "
+            "observation and logging before scaling training",
+            100 * m["attribution/unknown_rate"],
+            100 * unknown_warning,
+        )
+    return m

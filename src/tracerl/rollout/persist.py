@@ -1,0 +1,98 @@
+"""The run directory's episode files, written so that nothing written is ever lost.
+
+`EpisodeWriter` appends each finished episode to ``episodes/step_<n>.jsonl.gz`` as its own
+gzip member, flushed and fsynced before `append` returns: a crash can lose only the episodes
+still in flight, never one already written. A crash *during* an append leaves a torn last
+member; opening the file for writing again cuts it off (that episode was not written), and
+readers stop at the last complete member with a warning rather than failing the whole file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tracerl.jsonl import dumps, parse_lines
+from tracerl.types import Trajectory
+
+log = logging.getLogger("tracerl")
+
+
+def episodes_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / "episodes"
+
+
+def step_file(run_dir: str | os.PathLike[str], step: int) -> Path:
+    return episodes_dir(run_dir) / f"step_{step}.jsonl.gz"
+
+
+def complete_prefix(data: bytes) -> int:
+    """Length of the longest prefix of `data` made of complete gzip members."""
+    pos = 0
+    while pos < len(data):
+        d = zlib.decompressobj(wbits=31)
+        try:
+            d.decompress(data[pos:])
+        except zlib.error:
+            break
+        if not d.eof:
+            break
+        pos = len(data) - len(d.unused_data)
+    return pos
+
+
+class EpisodeWriter:
+    """Appends finished episodes' trajectories to one step file, durably."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], step: int = 0) -> None:
+        self.path = step_file(run_dir, step)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.episodes = 0
+        self.trajectories = 0
+        if self.path.exists():
+            data = self.path.read_bytes()
+            good = complete_prefix(data)
+            if good < len(data):
+                log.warning(
+                    "%s: cutting a torn last write (%d bytes) left by a crash; the episodes "
+                    "before it are intact",
+                    self.path,
+                    len(data) - good,
+                )
+                with open(self.path, "r+b") as f:
+                    f.truncate(good)
+
+    def append(self, trajectories: Iterable[Trajectory]) -> None:
+        """Write one episode's trajectories as one gzip member; durable when this returns."""
+        lines = "".join(dumps(t) + "\n" for t in trajectories)
+        if not lines:
+            return
+        member = gzip.compress(lines.encode("utf-8"), mtime=0)
+        with open(self.path, "ab") as f:
+            f.write(member)
+            f.flush()
+            os.fsync(f.fileno())
+        self.episodes += 1
+        self.trajectories += lines.count("\n")
+
+
+def iter_episode_files(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Step files in step order."""
+    files = episodes_dir(run_dir).glob("step_*.jsonl.gz")
+    yield from sorted(files, key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+
+
+def read_run_trajectories(run_dir: str | os.PathLike[str]) -> Iterator[tuple[Path, Trajectory]]:
+    """Every trajectory of a run directory, skipping (with a warning) a torn last write."""
+    for path in iter_episode_files(run_dir):
+        data = path.read_bytes()
+        good = complete_prefix(data)
+        if good < len(data):
+            log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
+        text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
+        for t in parse_lines(text.splitlines(), path):
+            yield path, t

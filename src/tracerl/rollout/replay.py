@@ -1,0 +1,262 @@
+"""Replay: re-run a recorded episode and say exactly where it differs.
+
+Exact replay runs the episode again through the same runner, with the recorded policy tokens
+(a scripted sampler) and the recorded environment results of every attempt (a `RecordedEnv`),
+the recorded clock, template values, config and seed. It must reproduce the token ids, the
+loss mask and the stop reason exactly; anything else is a regression in rendering, parsing,
+budgeting or attribution, and the report names the first difference.
+
+Live replay sends the recorded actions to the live environment (rebuilt from the receipt)
+and reports, step by step, which observations drifted from the recorded ones: an infra
+regression check. It does not judge the policy: the actions are the recorded ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracerl.envs.base import CallOutcome, Env, Message, StepResult
+from tracerl.envs.parsers import Action, get_parser
+from tracerl.envs.registry import make
+from tracerl.envs.tools import Tool, ToolSet
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.persist import read_run_trajectories
+from tracerl.rollout.runner import Policy, run_episode
+from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
+from tracerl.types import Receipt, ToolCall, Trajectory, TrajectoryError
+
+
+class ReplayError(RuntimeError):
+    """The recording cannot be replayed (missing, or the replay asked for something else)."""
+
+
+def find_episode(run_dir: str | os.PathLike[str], episode: str) -> list[Trajectory]:
+    """The trajectories (samples) of one episode, by episode id or replay id."""
+    found: list[Trajectory] = []
+    seen: list[str] = []
+    for _, t in read_run_trajectories(run_dir):
+        receipt = t.receipt or {}
+        if episode in (t.episode_id, receipt.get("replay_id")):
+            found.append(t)
+        elif len(seen) < 5 and t.episode_id not in seen:
+            seen.append(str(t.episode_id))
+    if not found:
+        hint = ", ".join(seen) or "none (is this a run directory with episodes/?)"
+        raise ReplayError(f"{run_dir}: no episode {episode!r}; episodes include: {hint}")
+    return sorted(found, key=lambda t: t.sample_index)
+
+
+def _steps(trajectories: Sequence[Trajectory]) -> dict[int, dict[str, Any]]:
+    return {s["step"]: s for t in trajectories for s in t.steps}
+
+
+def _receipt(trajectories: Sequence[Trajectory]) -> Receipt:
+    if not trajectories[0].receipt:
+        raise ReplayError("this trajectory has no receipt; only runner episodes can be replayed")
+    return Receipt.from_dict(trajectories[0].receipt)
+
+
+def _recorded_tools(receipt: Receipt) -> ToolSet:
+    tools = []
+    for schema in receipt.tool_schemas:
+        fn = schema["function"]
+        tools.append(
+            Tool(
+                name=fn["name"],
+                description=fn["description"],
+                parameters=fn["parameters"],
+                fn=None,  # type: ignore[arg-type] - never called: results come from the record
+                effect=schema.get("x-effect", "read"),
+                version=receipt.tool_versions.get(fn["name"], "?"),
+            )
+        )
+    return ToolSet(tools, guard=False)
+
+
+def _action(record: dict[str, Any]) -> Action:
+    a = record["action"]
+    calls = tuple(ToolCall.from_dict(c) for c in a.get("tool_calls", []))
+    return Action(text="", tool_calls=calls, answer=a.get("answer"))
+
+
+class RecordedEnv(Env):
+    """Answers each `step` with the recorded result of that attempt, in recorded order."""
+
+    def __init__(self, receipt: Receipt, steps: dict[int, dict[str, Any]]) -> None:
+        self.name, self.version = receipt.env["name"], receipt.env["version"]  # type: ignore[misc]
+        self.side_effect_guard = receipt.side_effect_guard
+        self.tools = _recorded_tools(receipt)
+        self.receipt = receipt
+        self.queue = [
+            (k, attempt) for k, rec in sorted(steps.items()) for attempt in rec.get("attempts", [])
+        ]
+        self.steps = steps
+
+    async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
+        if self.receipt.reset_error:
+            raise ReplayError(f"recorded reset failure: {self.receipt.reset_error}")
+        return [dict(m) for m in self.receipt.reset_messages]
+
+    async def step(self, action: Action) -> StepResult:
+        if not self.queue:
+            raise ReplayError("the replay asked the environment for more steps than recorded")
+        k, attempt = self.queue.pop(0)
+        want = [(c.name, c.arguments) for c in _action(self.steps[k]).tool_calls]
+        got = [(c.name, c.arguments) for c in action.tool_calls]
+        if got and got != [w for w in want if w in got]:
+            raise ReplayError(f"step {k}: replay sent {got}, the recording has {want}")
+        if "exception" in attempt:
+            raise ReplayError(f"step {k}: recorded env exception {attempt['exception']}")
+        return StepResult(
+            messages=[dict(m) for m in attempt["messages"]],
+            terminated=attempt["terminated"],
+            truncated=attempt["truncated"],
+            info=attempt["info"],
+            calls=[CallOutcome.from_record(c) for c in attempt["calls"]],
+            evidence_gain=attempt["evidence_gain"],
+        )
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [self.receipt.task] * n
+
+
+@dataclass
+class ReplayReport:
+    episode_id: str
+    ok: bool
+    first_difference: str | None = None
+    stop_reason: tuple[str, str] | None = None  # (recorded, replayed)
+
+
+async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = None) -> ReplayReport:
+    """Replay against the recorded tool I/O; compare token ids, masks and stop reason."""
+    receipt = _receipt(trajectories)
+    steps = _steps(trajectories)
+    turns = {s.step: s for t in trajectories for s in t.segments if s.source.value == "policy"}
+    if renderer is None:
+        from tracerl.models import load
+
+        renderer = load(receipt.model_id).renderer
+    if renderer.template_hash != receipt.template_hash:
+        return ReplayReport(receipt.episode_id, False, "the chat template changed (hash differs)")
+
+    def tokens(req: SampleRequest) -> list[int]:
+        if req.turn not in turns:
+            raise ReplayError(f"the replay sampled turn {req.turn}, which was never recorded")
+        return list(turns[req.turn].token_ids)
+
+    def logprobs(req: SampleRequest) -> list[float]:
+        return list(turns[req.turn].logprobs or ())
+
+    sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
+    policy = Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id)
+    elapsed = iter(receipt.ledger.get("elapsed_s", []))
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    try:
+        episode = await run_episode(
+            RecordedEnv(receipt, steps),
+            receipt.task,
+            policy,
+            RolloutConfig.model_validate(receipt.rollout),
+            seed=receipt.seed,
+            episode_id=receipt.episode_id,
+            clock=lambda step: next(elapsed, 0.0),
+            sleep=no_sleep,
+            template_kwargs=receipt.template_kwargs,
+        )
+    except (ReplayError, TrajectoryError) as e:
+        return ReplayReport(receipt.episode_id, False, str(e))
+    diff = first_difference(trajectories, episode.trajectories)
+    stops = (receipt.stop_reason or "", episode.stop_reason.value)
+    if diff is None and stops[0] != stops[1]:
+        diff = f"stop reason: recorded {stops[0]!r}, replayed {stops[1]!r}"
+    return ReplayReport(receipt.episode_id, diff is None, diff, stops)
+
+
+def first_difference(a: Sequence[Trajectory], b: Sequence[Trajectory]) -> str | None:
+    """The first place where two episodes' token ids or loss masks differ."""
+    if len(a) != len(b):
+        return f"recorded {len(a)} samples, replayed {len(b)}"
+    for i, (ta, tb) in enumerate(zip(a, b, strict=True)):
+        ids_a, ids_b, src_a, src_b = ta.token_ids, tb.token_ids, ta.sources, tb.sources
+        mask_a, mask_b = ta.loss_mask, tb.loss_mask
+        for j in range(max(len(ids_a), len(ids_b))):
+            if j >= len(ids_a) or j >= len(ids_b):
+                return f"sample {i}: recorded {len(ids_a)} tokens, replayed {len(ids_b)}"
+            if ids_a[j] != ids_b[j] or mask_a[j] != mask_b[j]:
+                return (
+                    f"sample {i}, token {j}: recorded {ids_a[j]} ({src_a[j].value}, mask "
+                    f"{mask_a[j]}), replayed {ids_b[j]} ({src_b[j].value}, mask {mask_b[j]})"
+                )
+    return None
+
+
+@dataclass
+class Drift:
+    step: int | str
+    status: str  # "same", "drifted", "failed"
+    detail: str = ""
+
+
+@dataclass
+class LiveReport:
+    episode_id: str
+    steps: list[Drift] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> list[Drift]:
+        return [d for d in self.steps if d.status != "same"]
+
+
+async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None) -> LiveReport:
+    """Send the recorded actions to the live env; report per step what drifted."""
+    receipt = _receipt(trajectories)
+    if env is None:
+        env = make(receipt.env["name"], **receipt.env.get("kwargs", {}))
+    report = LiveReport(receipt.episode_id)
+    try:
+        messages = await env.reset(receipt.task, receipt.seed)
+        same = _contents(messages) == _contents(receipt.reset_messages)
+        report.steps.append(Drift("reset", "same" if same else "drifted"))
+        for k, rec in sorted(_steps(trajectories).items()):
+            attempts = [a for a in rec.get("attempts", []) if "calls" in a]
+            if not attempts:
+                continue
+            final = attempts[-1]
+            executed = {c["call_id"] for c in final["calls"]}
+            action = _action(rec)
+            action = Action(
+                "", tuple(c for c in action.tool_calls if c.id in executed), action.answer
+            )
+            live = await env.step(action)
+            report.steps.append(_compare(k, final, live))
+    finally:
+        await env.close()
+    return report
+
+
+def _contents(messages: Sequence[Message]) -> list[tuple[Any, Any]]:
+    return [(m.get("role"), m.get("content")) for m in messages]
+
+
+def _compare(step: int, recorded: dict[str, Any], live: StepResult) -> Drift:
+    faults = [f.kind.value for f in live.faults()]
+    if _contents(live.messages) == _contents(recorded["messages"]):
+        return Drift(step, "same")
+    for (_, want), (_, got) in zip(
+        _contents(recorded["messages"]), _contents(live.messages), strict=False
+    ):
+        if want != got:
+            detail = f"recorded {str(want)[:80]!r}, live {str(got)[:80]!r}"
+            break
+    else:
+        detail = f"recorded {len(recorded['messages'])} messages, live {len(live.messages)}"
+    if faults:
+        detail += f" (live faults: {', '.join(faults)})"
+    return Drift(step, "drifted", detail)

@@ -1,0 +1,122 @@
+"""Replay: recorded episodes come back token for token; a changed tool output is caught."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+
+from tests.scripts import scripted_policy
+from tracerl.envs import FaultInjector, RefundDesk, make, tool
+from tracerl.jsonl import write_trajectories
+from tracerl.rollout.budget import Budgets, RetryPolicy, RolloutConfig
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
+from tracerl.rollout.replay import find_episode, replay_exact, replay_live
+from tracerl.types import Source
+
+CONFIG = RolloutConfig(
+    budgets=Budgets(steps=6, tool_calls=5), retry=RetryPolicy(max_retries=1, backoff_s=0.0)
+)
+
+
+def _record(tiny, run_dir, *, rate=0.3, n_tasks=4, group_size=4):
+    tasks = make("refund_desk").sample_tasks(n_tasks, seed=9)
+    writer = EpisodeWriter(run_dir, step=0)
+
+    def env():
+        return (
+            FaultInjector(make("refund_desk"), rate=rate, seed=5) if rate else make("refund_desk")
+        )
+
+    policy = scripted_policy(tiny.renderer, tasks)
+    groups = asyncio.run(
+        run_groups(env, tasks, policy, CONFIG, group_size=group_size, seed=2, writer=writer)
+    )
+    return [e for g in groups for e in g]
+
+
+def test_every_recorded_episode_replays_exactly(tiny, tmp_path):
+    episodes = _record(tiny, tmp_path / "run")
+    assert {e.stop_reason.value for e in episodes} >= {"answered"}
+    for e in episodes:
+        recorded = find_episode(tmp_path / "run", e.episode_id)
+        report = asyncio.run(replay_exact(recorded, renderer=tiny.renderer))
+        assert report.ok, (e.episode_id, report.first_difference)
+        assert report.stop_reason == (e.stop_reason.value, e.stop_reason.value)
+
+
+def _tamper(run_dir, episode_id, step, new_content):
+    """Rewrite the run's file with one recorded tool output changed."""
+    path = step_file(run_dir, 0)
+    trajs = [t for _, t in read_run_trajectories(run_dir)]
+    out = []
+    for t in trajs:
+        if t.episode_id == episode_id:
+            steps = copy.deepcopy(list(t.steps))
+            rec = next(s for s in steps if s["step"] == step)
+            rec["attempts"][-1]["messages"][0]["content"] = new_content
+            t = dataclasses.replace(t, steps=tuple(steps), _cache={})
+        out.append(t)
+    write_trajectories(path, out)
+
+
+def test_a_changed_tool_output_is_the_first_difference(tiny, tmp_path):
+    episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=2, group_size=2)
+    e = episodes[0]
+    _tamper(tmp_path / "run", e.episode_id, 0, "order lookup failed silently")
+    report = asyncio.run(
+        replay_exact(find_episode(tmp_path / "run", e.episode_id), renderer=tiny.renderer)
+    )
+    assert not report.ok
+    # The first difference lies inside step 0's first tool output, not anywhere earlier.
+    traj = e.trajectories[0]
+    start = 0
+    for seg in traj.segments:
+        if seg.source is Source.ENVIRONMENT and seg.step == 0:
+            break
+        start += len(seg.token_ids)
+    index = int(report.first_difference.split("token ")[1].split(":")[0])
+    assert start <= index < start + len(seg.token_ids), report.first_difference
+
+
+class QueuedRefunds(RefundDesk):
+    """The same desk after a service change: refunds are now 'queued', not 'issued'."""
+
+    @tool(effect="write", timeout_s=5.0, version="2")
+    def issue_refund(self, order_id: str, amount: float, dry_run: bool = False):
+        """Issue a refund to the customer's original payment method.
+
+        Args:
+            order_id: the order to refund.
+            amount: the amount in dollars, at most the order total.
+        """
+        result = RefundDesk.issue_refund.fn(self, order_id, amount, dry_run)
+        result.content = result.content.replace("issued", "queued")
+        return result
+
+
+def test_live_replay_reports_drift_at_the_changed_step(tiny, tmp_path):
+    episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=12, group_size=1)
+    refunded = [
+        e
+        for e in episodes
+        if any(
+            c["action"]["tool"] == "issue_refund" and c["result"]["error"] is None
+            for s in e.steps
+            for c in s.get("calls", [])
+        )
+    ]
+    assert refunded, "expected an episode with a successful refund"
+    e = refunded[0]
+    refund_step = next(
+        s["step"]
+        for s in e.steps
+        if any(c["action"]["tool"] == "issue_refund" for c in s.get("calls", []))
+    )
+    recorded = find_episode(tmp_path / "run", e.episode_id)
+    same = asyncio.run(replay_live(recorded))
+    assert same.drifted == []
+    changed = asyncio.run(replay_live(recorded, env=QueuedRefunds()))
+    assert [d.step for d in changed.drifted] == [refund_step]
+    assert "queued" in changed.drifted[0].detail
