@@ -79,5 +79,67 @@ def show(
     print_trajectory(trajs[index], console)
 
 
+@app.command("check-env")
+def check_env_cmd(
+    name: Annotated[str, typer.Argument(help="a registered environment name")],
+    seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
+) -> None:
+    """Check an environment: versions, tool schemas, determinism, dry-run paths."""
+    from tracerl.envs import check_env, registered
+    from tracerl.models.loading import smollm2_tokenizer
+    from tracerl.models.render import ChatRenderer
+
+    if name not in registered():
+        raise _fail(f"unknown environment {name!r}; registered: {', '.join(registered())}")
+    report = check_env(
+        name, renderer=ChatRenderer(smollm2_tokenizer()), seed=seed, raise_on_failure=False
+    )
+    console.print(str(report), markup=False, highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def replay(
+    run: Annotated[Path, typer.Argument(help="a run directory (or a name under runs/)")],
+    episode: Annotated[str, typer.Option(help="episode id or replay id (ro_...)")],
+    live: Annotated[
+        bool, typer.Option(help="run the recorded actions against the live env; report drift")
+    ] = False,
+) -> None:
+    """Replay a recorded episode. Exit 0 if it reproduces exactly (or, with --live, nothing
+    drifted); exit 1 with the first difference otherwise."""
+    import asyncio
+
+    from tracerl.rollout.replay import ReplayError, find_episode, replay_exact, replay_live
+
+    if not run.exists() and (Path("runs") / run).exists():
+        run = Path("runs") / run
+    if not (run / "episodes").is_dir():
+        raise _fail(f"{run}: not a run directory (no episodes/ folder)")
+    try:
+        trajectories = find_episode(run, episode)
+    except ReplayError as e:
+        raise _fail(str(e)) from None
+    if live:
+        report = asyncio.run(replay_live(trajectories))
+        for d in report.steps:
+            console.print(f"step {d.step}: {d.status} {d.detail}", markup=False)
+        if report.drifted:
+            console.print(f"{len(report.drifted)} step(s) drifted", markup=False)
+            raise typer.Exit(1)
+        console.print("no drift: the live environment answers as recorded")
+        return
+    exact = asyncio.run(replay_exact(trajectories))
+    if not exact.ok:
+        console.print(f"replay differs: {exact.first_difference}", markup=False)
+        raise typer.Exit(1)
+    console.print(
+        f"{exact.episode_id}: replayed exactly (token ids, masks, stop reason "
+        f"{exact.stop_reason[0] if exact.stop_reason else '?'})",
+        markup=False,
+    )
+
+
 if __name__ == "__main__":
     app()

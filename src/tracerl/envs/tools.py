@@ -194,7 +194,9 @@ def _classify(e: BaseException, t: Tool) -> Fault:
             FaultKind.TIMEOUT, f"{t.name} timed out after {t.timeout_s:g} s", None, kind_of
         )
     if isinstance(e, ConnectionRefusedError):
-        return Fault(FaultKind.CONNECTION_REFUSED, f"{t.name}: {e}", None, kind_of)
+        return Fault(
+            FaultKind.CONNECTION_REFUSED, f"{t.name}: connection refused ({e})", None, kind_of
+        )
     return Fault(FaultKind.UNKNOWN, f"{t.name} raised {kind_of}: {e}", False, kind_of)
 
 

@@ -1,0 +1,152 @@
+"""Every registered environment passes `check_env`; the checker catches broken ones."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.scripts import scripted_policy
+from tracerl.cli import app
+from tracerl.envs import (
+    EnvCheckError,
+    RefundDesk,
+    ToolEnv,
+    ToolSet,
+    check_env,
+    make,
+    register,
+    registered,
+    tool,
+)
+from tracerl.jsonl import write_trajectories
+from tracerl.models.render import ChatRenderer
+from tracerl.rollout.groups import run_group
+from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
+
+
+@pytest.mark.parametrize("name", registered())
+def test_every_registered_env_passes_check_env(name, base_tokenizer):
+    report = check_env(name, renderer=ChatRenderer(base_tokenizer))
+    assert report.ok and len(report.passed) == 5
+
+
+def test_check_env_command():
+    result = CliRunner().invoke(app, ["check-env", "refund_desk"])
+    assert result.exit_code == 0, result.output
+    assert "reset determinism" in result.stdout and "FAIL" not in result.stdout
+    bad = CliRunner().invoke(app, ["check-env", "no_such_env"])
+    assert bad.exit_code == 2 and "refund_desk" in bad.output
+
+
+def test_registry_is_strict():
+    with pytest.raises(ValueError, match="already registered"):
+        register("refund_desk", RefundDesk)
+    with pytest.raises(KeyError, match="registered: .*refund_desk"):
+        make("no_such_env")
+
+
+class Flaky(RefundDesk):
+    """Draws its greeting from the global RNG: not reproducible from the seed."""
+
+    async def setup(self, task, seed):
+        messages = await super().setup(task, seed)
+        messages[-1]["content"] += f" (ticket {random.randrange(10**9)})"
+        return messages
+
+
+class Unversioned(RefundDesk):
+    version = ""
+
+
+class LeakyDryRun(RefundDesk):
+    """Ignores dry_run: refunds for real even under the guard."""
+
+    @tool(effect="write", version="1")
+    def issue_refund(self, order_id: str, amount: float, dry_run: bool = False):
+        """Issue a refund.
+
+        Args:
+            order_id: the order.
+            amount: dollars.
+        """
+        return RefundDesk.issue_refund.fn(self, order_id, amount, False)
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        (Flaky, "reset determinism"),
+        (Unversioned, "versions"),
+        (LeakyDryRun, "dry runs"),
+    ],
+)
+def test_check_env_fails_broken_envs(env, problem):
+    report = check_env(env, raise_on_failure=False)
+    assert any(f.startswith(problem) for f in report.failed), str(report)
+    with pytest.raises(EnvCheckError, match=problem):
+        check_env(env)
+
+
+def test_a_write_tool_without_dry_run_is_refused_at_registration():
+    class Reckless(ToolEnv):
+        name, version = "reckless", "1"
+
+        @tool(effect="write")
+        def send_email(self, to: str) -> str:
+            """Send an email.
+
+            Args:
+                to: recipient.
+            """
+            return "sent"
+
+        async def setup(self, task, seed):
+            return [{"role": "user", "content": "hi"}]
+
+        def sample_tasks(self, n, *, seed=0, split="train"):
+            return [{"id": "t"}] * n
+
+    with pytest.raises(ValueError, match="send_email.*no dry-run path"):
+        Reckless()
+    assert "send_email" in Reckless(side_effect_guard="off").tools  # explicit opt-out only
+    with pytest.raises(ValueError, match="no dry-run path"):
+        ToolSet([Reckless.send_email])
+
+
+def test_replay_command_exit_codes(tiny, tmp_path):
+    tasks = make("refund_desk").sample_tasks(1, seed=3)
+    writer = EpisodeWriter(tmp_path / "run", step=0)
+    episodes = asyncio.run(
+        run_group(
+            "refund_desk",
+            tasks[0],
+            scripted_policy(tiny.renderer, tasks),
+            group_size=2,
+            writer=writer,
+        )
+    )
+    eid = episodes[0].episode_id
+    ok = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", eid])
+    assert ok.exit_code == 0, ok.output
+    assert "replayed exactly" in ok.stdout
+    by_replay_id = CliRunner().invoke(
+        app, ["replay", str(tmp_path / "run"), "--episode", episodes[1].receipt.replay_id]
+    )
+    assert by_replay_id.exit_code == 0, by_replay_id.output
+    live = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", eid, "--live"])
+    assert live.exit_code == 0 and "no drift" in live.stdout
+    # Change one recorded token: exact replay must fail and say where.
+    trajs = [t for _, t in read_run_trajectories(tmp_path / "run")]
+    d = trajs[0].to_dict()
+    d["segments"][0]["token_ids"][3] += 1
+    trajs[0] = type(trajs[0]).from_dict(d)
+    write_trajectories(step_file(tmp_path / "run", 0), trajs)
+    bad = CliRunner().invoke(
+        app, ["replay", str(tmp_path / "run"), "--episode", trajs[0].episode_id]
+    )
+    assert bad.exit_code == 1 and "token 3" in bad.stdout
+    missing = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", "nope"])
+    assert missing.exit_code == 2 and "episodes include" in missing.output
