@@ -1,13 +1,18 @@
 """Concurrent episodes on one CPU: BatchedHFSampler vs one episode alone vs the plain sampler.
 
 Run: .venv/bin/python benchmarks/batched_sampling.py [--model tiny-random] [--episodes 8]
-Each episode renders a user prompt, samples a turn, appends the sampled tokens and a short
-fixed "observation" (token ids concatenated; this measures the sampler, not the renderer) and
-samples the next turn. No stop tokens, so every turn samples exactly --new-tokens tokens.
-Measured after a warm-up, in one process: (a) one episode alone on the batched sampler,
-(b) E episodes at once on BatchedHFSampler, (c) E episodes at once on the plain HFSampler
-(which serves them one after another). Prints wall times, tokens/s, and the ratios
-batched_E / single_1 (the headline: well under E means batching pays) and plain_E / batched_E.
+
+Real episodes through the episode runner: E refund_desk tasks, each rendered with the chat
+template, sampled by the model, parsed, stepped in the env, for up to --steps model turns of
+at most --turn-tokens tokens. Every episode's turns are seeded, so each episode samples the
+same tokens whichever way it runs; measured in one process after a warm-up:
+
+  single    each of the E episodes alone, one after another (per-episode mean reported)
+  batched   all E at once on BatchedHFSampler (one batched forward per decode step)
+  plain     all E at once on the plain HFSampler (it serves them one after another)
+
+The headline is batched_E / single_1: the time of E concurrent episodes over the time of one.
+Well under E means many episodes waiting on the model cost one batched forward, not many.
 """
 
 from __future__ import annotations
@@ -16,64 +21,73 @@ import argparse
 import asyncio
 import time
 
+from tracerl.envs import make
 from tracerl.models import load
-from tracerl.rollout import BatchedHFSampler, HFSampler, Sampler, SampleRequest
-
-TOPICS = ["cats", "rivers", "chess", "volcanoes", "bread", "comets", "bees", "glass"]
-
-
-async def episode(sampler: Sampler, prompt: list[int], obs: list[int], turns: int, n: int) -> int:
-    ids = list(prompt)
-    sampled = 0
-    for turn in range(turns):
-        req = SampleRequest(ids, max_tokens=n, seed=len(ids) + turn, turn=turn)
-        res = await sampler.sample(req)
-        sampled += len(res.token_ids)
-        ids += res.token_ids + obs
-    return sampled
+from tracerl.rollout import BatchedHFSampler, HFSampler
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.runner import Episode, Policy, run_episode
 
 
-def timed(sampler: Sampler, prompts: list[list[int]], obs: list[int], turns: int, n: int):
-    async def all_episodes() -> list[int]:
-        return await asyncio.gather(*(episode(sampler, p, obs, turns, n) for p in prompts))
+def run(policy: Policy, tasks: list[dict], cfg: RolloutConfig) -> tuple[float, list[Episode]]:
+    async def all_episodes() -> list[Episode]:
+        return await asyncio.gather(
+            *(run_episode(make("refund_desk"), t, policy, cfg, seed=i) for i, t in enumerate(tasks))
+        )
 
     t0 = time.perf_counter()
-    tokens = sum(asyncio.run(all_episodes()))
-    return time.perf_counter() - t0, tokens
+    episodes = asyncio.run(all_episodes())
+    return time.perf_counter() - t0, episodes
+
+
+def sampled(episodes: list[Episode]) -> int:
+    return sum(e.receipt.ledger["used"]["sampled_tokens"] for e in episodes)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--episodes", type=int, default=8)
-    ap.add_argument("--turns", type=int, default=2)
-    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--turn-tokens", type=int, default=48)
     args = ap.parse_args()
 
     bundle = load(args.model)
-    render = bundle.renderer.start
-    prompts = [
-        render([{"role": "user", "content": f"Tell me something about {TOPICS[i % 8]}."}]).token_ids
-        for i in range(args.episodes)
-    ]
-    obs = bundle.tokenizer.encode("\nObservation: ok.\n", add_special_tokens=False)
-    batched = BatchedHFSampler(bundle.model, max_batch_size=max(16, args.episodes))
-    plain = HFSampler(bundle.model)
-    e, t, n = args.episodes, args.turns, args.new_tokens
-    timed(batched, prompts[:2], obs, 1, 4)  # warm-up: kernels, allocator, thread pool
-    timed(plain, prompts[:1], obs, 1, 4)
+    cfg = RolloutConfig(budgets=Budgets(steps=args.steps), max_turn_tokens=args.turn_tokens)
+    tasks = make("refund_desk").sample_tasks(args.episodes, seed=0)
+    batched = BatchedHFSampler(bundle.model, temperature=0.8, max_batch_size=args.episodes)
+    plain = HFSampler(bundle.model, temperature=0.8)
+    on_batched = Policy.from_bundle(bundle, batched)
+    on_plain = Policy.from_bundle(bundle, plain)
+    run(on_batched, tasks[:2], cfg.model_copy(update={"max_turn_tokens": 4}))  # warm-up
+    run(on_plain, tasks[:1], cfg.model_copy(update={"max_turn_tokens": 4}))
 
-    rows = {
-        "single_1": timed(batched, prompts[:1], obs, t, n),
-        f"batched_{e}": timed(batched, prompts, obs, t, n),
-        f"plain_{e}": timed(plain, prompts, obs, t, n),
-    }
-    print(f"{args.model}: {e} episodes x {t} turns x {n} new tokens (CPU, fp32)")
-    for name, (wall, tokens) in rows.items():
-        print(f"  {name:>10}: {wall:6.2f} s  {tokens:5d} tokens  {tokens / wall:7.1f} tokens/s")
-    single, batch, seq = rows["single_1"][0], rows[f"batched_{e}"][0], rows[f"plain_{e}"][0]
-    print(f"  batched_{e} / single_1: {batch / single:.2f}x  (serving {e} episodes at once)")
-    print(f"  plain_{e} / batched_{e}: {seq / batch:.2f}x  (speed-up over the plain sampler)")
+    singles = [run(on_batched, [t], cfg) for t in tasks]
+    single_wall = sum(w for w, _ in singles) / len(singles)
+    single_eps = [e for _, eps in singles for e in eps]
+    batch_wall, batch_eps = run(on_batched, tasks, cfg)
+    plain_wall, plain_eps = run(on_plain, tasks, cfg)
+
+    e = args.episodes
+    print(
+        f"{bundle.model_id}: {e} refund_desk episodes, <= {args.steps} turns x "
+        f"{args.turn_tokens} tokens (CPU, fp32)"
+    )
+    rows = [
+        ("single_1 (mean)", single_wall, sampled(single_eps) / e),
+        (f"batched_{e}", batch_wall, sampled(batch_eps)),
+        (f"plain_{e}", plain_wall, sampled(plain_eps)),
+    ]
+    for name, wall, tokens in rows:
+        print(f"  {name:>16}: {wall:6.2f} s  {tokens:7.1f} tokens  {tokens / wall:6.1f} tokens/s")
+    same = [a.trajectories[0].token_ids for a in single_eps] == [
+        b.trajectories[0].token_ids for b in batch_eps
+    ]
+    print(f"  same tokens alone and batched: {same}")
+    print(
+        f"  batched_{e} / single_1: {batch_wall / single_wall:.2f}x  "
+        f"(time of {e} concurrent episodes over one; {e}x would mean no batching)"
+    )
+    print(f"  plain_{e} / batched_{e}: {plain_wall / batch_wall:.2f}x  (speed-up over plain)")
     print(f"  batched stats: {batched.stats}")
 
 

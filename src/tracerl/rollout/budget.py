@@ -13,6 +13,7 @@ The ledger's JSON follows the design notes' shape (``rollout_id``, ``budgets``, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -137,6 +138,38 @@ class Ledger:
             return False
         return r is None or b.steps > r.min_steps_for_finalize
 
+    def gate(
+        self, calls: Sequence[Any], write_tools: set[str], write_task: bool
+    ) -> tuple[list[Any], dict[str, str], str | None]:
+        """Which tool calls of a step may run: (allowed calls, refusal reason per call id, a
+        stop reason if one refusal ends the episode). Refusing a read that would eat into the
+        commit reserve closes exploration (`finalize`)."""
+        allowed, reasons, stop = [], {}, None
+        calls_left = self.remaining("tool_calls")
+        writes_left = self.remaining("write_actions")
+        commit_reserve = self.reserve.min_tool_calls_for_commit if self.reserve else 0
+        for call in calls:
+            is_write = call.name in write_tools
+            reason = None
+            if is_write and not write_task:
+                reason = "this task permits no write actions"
+            elif is_write and writes_left is not None and writes_left <= 0:
+                reason, stop = "the write budget is spent", "write_blocked"
+            elif calls_left is not None and calls_left <= 0:
+                reason = "the tool-call budget is spent; answer now"
+            elif not is_write and self.finalize:
+                reason = "exploration is closed (budget reserve); give your final answer"
+            elif not is_write and write_task and _below(calls_left, 1 + commit_reserve):
+                reason = "the remaining tool calls are reserved for committing; finalize now"
+                self.finalize = self.finalize or "reserve_reached"
+            if reason is not None:
+                reasons[call.id] = reason
+                continue
+            allowed.append(call)
+            calls_left = None if calls_left is None else calls_left - 1
+            writes_left = None if writes_left is None or not is_write else writes_left - 1
+        return allowed, reasons, stop
+
     def to_dict(self, stop_reason: str | None, side_effect_guard: str) -> dict[str, Any]:
         return {
             "rollout_id": self.rollout_id,
@@ -150,3 +183,7 @@ class Ledger:
             "stop_reason": stop_reason,
             "side_effect_guard": side_effect_guard,
         }
+
+
+def _below(left: int | None, need: int) -> bool:
+    return left is not None and left < need

@@ -26,55 +26,18 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult
-from tracerl.envs.parsers import Action, ActionParser, parser_for_model
+from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.sampler import Sampler, SampleRequest, SampleResult
-from tracerl.types import Attribution, Fault, FaultKind, Receipt, StopReason, Trajectory
+from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed, result_record
+from tracerl.rollout.sampler import SampleRequest, SampleResult
+from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass
-class Policy:
-    """The policy as the runner sees it: a sampler, the chat renderer, the action parser."""
-
-    sampler: Sampler
-    renderer: Any  # tracerl.models.ChatRenderer
-    parser: ActionParser
-    model_id: str
-    """The model's load spec ('smollm2-135m-instruct', 'tiny-random', 'hf:...'): replay
-    loads the same tokenizer and template from it."""
-
-    @classmethod
-    def from_bundle(cls, bundle: Any, sampler: Sampler, parser: ActionParser | None = None):
-        return cls(sampler, bundle.renderer, parser or parser_for_model(bundle.spec), bundle.spec)
-
-
-@dataclass
-class Episode:
-    """A finished episode: its trajectories (with steps, receipt) and how it ended."""
-
-    trajectories: list[Trajectory]
-    receipt: Receipt
-    stop_reason: StopReason
-    attribution: Attribution
-    gradient_eligible: bool
-    steps: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def episode_id(self) -> str:
-        return self.receipt.episode_id
-
-
-def episode_seed(seed: int, *parts: Any) -> int:
-    """A stable 63-bit seed derived from a base seed and labels (task id, member index...)."""
-    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+__all__ = ["Episode", "Policy", "episode_seed", "run_episode"]
 
 
 async def run_episode(
@@ -283,37 +246,18 @@ class _EpisodeRun:
 
     def _gate(self, action: Action) -> tuple[list[Any], list[CallOutcome], StopReason | None]:
         """Which calls run. Refusals are the policy's faults, shown to it as tool results."""
-        allowed, refused, stop = [], [], None
-        calls_left = self.ledger.remaining("tool_calls")
-        writes_left = self.ledger.remaining("write_actions")
-        commit_reserve = self.cfg.reserve.min_tool_calls_for_commit if self.cfg.reserve else 0
-        for call in action.tool_calls:
-            is_write = call.name in self.env.tools and self.env.tools[call.name].effect == "write"
-            reason = None
-            if is_write and not self.write_task:
-                reason = "this task permits no write actions"
-            elif is_write and writes_left is not None and writes_left <= 0:
-                reason, stop = "the write budget is spent", StopReason.WRITE_BLOCKED
-            elif calls_left is not None and calls_left <= 0:
-                reason = "the tool-call budget is spent; answer now"
-            elif not is_write and self.ledger.finalize:
-                reason = "exploration is closed (budget reserve); give your final answer"
-            elif (
-                not is_write
-                and self.write_task
-                and calls_left is not None
-                and calls_left - 1 < commit_reserve
-            ):
-                reason = "the remaining tool calls are reserved for committing; finalize now"
-                self.ledger.finalize = self.ledger.finalize or "reserve_reached"
-            if reason is not None:
-                fault = Fault(FaultKind.FORBIDDEN_TOOL, f"{call.name}: {reason}")
-                refused.append(CallOutcome(call, ToolResult.failure(fault), effect="refused"))
-                continue
-            allowed.append(call)
-            calls_left = None if calls_left is None else calls_left - 1
-            writes_left = None if writes_left is None or not is_write else writes_left - 1
-        return allowed, refused, stop
+        writes = {t.name for t in self.env.tools if t.effect == "write"}
+        allowed, reasons, stop = self.ledger.gate(action.tool_calls, writes, self.write_task)
+        refused = [
+            CallOutcome(
+                c,
+                ToolResult.failure(Fault(FaultKind.FORBIDDEN_TOOL, f"{c.name}: {reasons[c.id]}")),
+                effect="refused",
+            )
+            for c in action.tool_calls
+            if c.id in reasons
+        ]
+        return allowed, refused, None if stop is None else StopReason(stop)
 
     async def _env_step(self, action: Action, rec: dict[str, Any]) -> StepResult | None:
         """env.step with retries for retryable infra faults; None if the env kept failing."""
@@ -327,7 +271,7 @@ class _EpisodeRun:
                 rec["attempts"].append({"exception": f"{type(e).__name__}: {e}"})
                 rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
                 return None
-            rec["attempts"].append(_result_record(result))
+            rec["attempts"].append(result_record(result))
             hard = [
                 f
                 for f in result.faults()
@@ -458,7 +402,7 @@ class _EpisodeRun:
         samples = self.conv.samples() if self.conv is not None else [Trajectory(segments=())]
         sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
         eligible = attribution is Attribution.POLICY and sampled > 0
-        receipt = self._receipt(stop, attribution, eligible)
+        receipt = build_receipt(self, stop, attribution, eligible)
         trajectories = [
             dataclasses.replace(
                 t,
@@ -471,52 +415,3 @@ class _EpisodeRun:
         ]
         steps = [dict(s) for t in trajectories for s in t.steps]
         return Episode(trajectories, receipt, stop, attribution, eligible, steps)
-
-    def _receipt(self, stop: StopReason, attribution: Attribution, eligible: bool) -> Receipt:
-        env_spec = dict(getattr(self.env, "spec", None) or {"name": self.env.name, "kwargs": {}})
-        describe = getattr(self.env, "describe", None)
-        return Receipt(
-            replay_id=self.replay_id,
-            episode_id=self.episode_id,
-            env={
-                **env_spec,
-                "version": self.env.version,
-                "wrappers": [describe()] if describe else [],
-            },
-            tool_versions=self.env.tool_versions(),
-            tool_schemas=[{**t.schema(), "x-effect": t.effect} for t in self.env.tools],
-            task_id=str(self.task.get("id")),
-            task=self.task,
-            seed=self.seed,
-            policy_version=getattr(self.policy.sampler, "policy_version", None),
-            model_id=self.policy.model_id,
-            template_hash=self.policy.renderer.template_hash,
-            template_kwargs=dict(self.conv.template_kwargs) if self.conv else {},
-            parser=self.policy.parser.name,
-            side_effect_guard=self.env.side_effect_guard,
-            rollout=self.cfg.model_dump(),
-            reset_messages=self.reset_messages,
-            reset_error=self.reset_error,
-            steps=[
-                {"step": k, "latency_ms": r.get("latency_ms", 0.0), "exception": r.get("exception")}
-                for k, r in sorted(self.records.items())
-            ],
-            ledger=self.ledger.to_dict(stop.value, self.env.side_effect_guard),
-            stop_reason=stop.value,
-            attribution=attribution.value,
-            gradient_eligible=eligible,
-            started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            wall_time_s=round(time.perf_counter() - self.t0, 4),
-        )
-
-
-def _result_record(result: StepResult) -> dict[str, Any]:
-    """An env result as recorded (before the runner touches it): what exact replay feeds."""
-    return {
-        "messages": [dict(m) for m in result.messages],
-        "terminated": result.terminated,
-        "truncated": result.truncated,
-        "info": result.info,
-        "calls": [c.to_record() for c in result.calls],
-        "evidence_gain": result.evidence_gain,
-    }

@@ -1,0 +1,102 @@
+"""What the runner hands back: the policy it runs, finished episodes and their receipts."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracerl.envs.base import StepResult
+from tracerl.envs.parsers import ActionParser, parser_for_model
+from tracerl.rollout.sampler import Sampler
+from tracerl.types import Attribution, Receipt, StopReason, Trajectory
+
+
+@dataclass
+class Policy:
+    """The policy as the runner sees it: a sampler, the chat renderer, the action parser."""
+
+    sampler: Sampler
+    renderer: Any  # tracerl.models.ChatRenderer
+    parser: ActionParser
+    model_id: str
+    """The model's load spec ('smollm2-135m-instruct', 'tiny-random', 'hf:...'): replay
+    loads the same tokenizer and template from it."""
+
+    @classmethod
+    def from_bundle(cls, bundle: Any, sampler: Sampler, parser: ActionParser | None = None):
+        return cls(sampler, bundle.renderer, parser or parser_for_model(bundle.spec), bundle.spec)
+
+
+@dataclass
+class Episode:
+    """A finished episode: its trajectories (with steps, receipt) and how it ended."""
+
+    trajectories: list[Trajectory]
+    receipt: Receipt
+    stop_reason: StopReason
+    attribution: Attribution
+    gradient_eligible: bool
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def episode_id(self) -> str:
+        return self.receipt.episode_id
+
+
+def episode_seed(seed: int, *parts: Any) -> int:
+    """A stable 63-bit seed derived from a base seed and labels (task id, member index...)."""
+    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible: bool) -> Receipt:
+    """The receipt of a finished episode run (`run` is the runner's per-episode state)."""
+    env_spec = dict(getattr(run.env, "spec", None) or {"name": run.env.name, "kwargs": {}})
+    describe = getattr(run.env, "describe", None)
+    return Receipt(
+        replay_id=run.replay_id,
+        episode_id=run.episode_id,
+        env={
+            **env_spec,
+            "version": run.env.version,
+            "wrappers": [describe()] if describe else [],
+        },
+        tool_versions=run.env.tool_versions(),
+        tool_schemas=[{**t.schema(), "x-effect": t.effect} for t in run.env.tools],
+        task_id=str(run.task.get("id")),
+        task=run.task,
+        seed=run.seed,
+        policy_version=getattr(run.policy.sampler, "policy_version", None),
+        model_id=run.policy.model_id,
+        template_hash=run.policy.renderer.template_hash,
+        template_kwargs=dict(run.conv.template_kwargs) if run.conv else {},
+        parser=run.policy.parser.name,
+        side_effect_guard=run.env.side_effect_guard,
+        rollout=run.cfg.model_dump(),
+        reset_messages=run.reset_messages,
+        reset_error=run.reset_error,
+        steps=[
+            {"step": k, "latency_ms": r.get("latency_ms", 0.0), "exception": r.get("exception")}
+            for k, r in sorted(run.records.items())
+        ],
+        ledger=run.ledger.to_dict(stop.value, run.env.side_effect_guard),
+        stop_reason=stop.value,
+        attribution=attribution.value,
+        gradient_eligible=eligible,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        wall_time_s=round(time.perf_counter() - run.t0, 4),
+    )
+
+
+def result_record(result: StepResult) -> dict[str, Any]:
+    """An env result as recorded (before the runner touches it): what exact replay feeds."""
+    return {
+        "messages": [dict(m) for m in result.messages],
+        "terminated": result.terminated,
+        "truncated": result.truncated,
+        "info": result.info,
+        "calls": [c.to_record() for c in result.calls],
+        "evidence_gain": result.evidence_gain,
+    }
