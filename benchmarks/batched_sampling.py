@@ -28,10 +28,15 @@ from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.runner import Episode, Policy, run_episode
 
 
-def run(policy: Policy, tasks: list[dict], cfg: RolloutConfig) -> tuple[float, list[Episode]]:
+def run(
+    policy: Policy, tasks: list[dict], cfg: RolloutConfig, first_seed: int = 0
+) -> tuple[float, list[Episode]]:
     async def all_episodes() -> list[Episode]:
         return await asyncio.gather(
-            *(run_episode(make("refund_desk"), t, policy, cfg, seed=i) for i, t in enumerate(tasks))
+            *(
+                run_episode(make("refund_desk"), t, policy, cfg, seed=first_seed + i)
+                for i, t in enumerate(tasks)
+            )
         )
 
     t0 = time.perf_counter()
@@ -61,7 +66,7 @@ def main() -> None:
     run(on_batched, tasks[:2], cfg.model_copy(update={"max_turn_tokens": 4}))  # warm-up
     run(on_plain, tasks[:1], cfg.model_copy(update={"max_turn_tokens": 4}))
 
-    singles = [run(on_batched, [t], cfg) for t in tasks]
+    singles = [run(on_batched, [t], cfg, first_seed=i) for i, t in enumerate(tasks)]
     single_wall = sum(w for w, _ in singles) / len(singles)
     single_eps = [e for _, eps in singles for e in eps]
     batch_wall, batch_eps = run(on_batched, tasks, cfg)

@@ -1,167 +1,151 @@
-"""`make demo`: what exists today, end to end, on the real model.
+"""`make demo`: the rollout engine end to end, on the real model.
 
-This demo simplifies on purpose: one hand-written calculator tool, a few lines of call
-parsing local to this file (the real action parsers belong to the environment layer), and a
-sequential sampler. What it does *not* simplify is provenance: every token of the episodes it
-writes is attributed when it is produced, and the file it writes is read back and compared.
+Two agents handle refund requests in the `refund_desk` environment, wrapped in a
+`FaultInjector` that fails 30% of tool steps (timeouts, 5xx, refused connections, truncated
+outputs), all episodes running concurrently:
+
+* SmolLM2-135M-Instruct, sampled on the batching sampler (two tasks, groups of four);
+* a scripted reference agent that follows the refund rules (the shape SFT data will take),
+  one in four of its episodes making a deliberate mistake (calling a tool that does not exist).
+
+What the demo simplifies: an untrained 135M model rarely makes a well-formed tool call, so its
+episodes are short; nothing is trained. What it does not simplify: every token is attributed
+when it is produced, every failure is classified and attributed (injected faults to the
+environment, the mistakes to the policy), writes run as dry runs, every episode has a receipt
+with its budget ledger and is on disk as soon as it finishes, and one episode is replayed from
+its recording and must come back token for token.
 """
 
 from __future__ import annotations
 
-import ast
+import asyncio
 import json
-import operator
 import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
-from tracerl.jsonl import read_trajectories, write_trajectories
+from tracerl.envs import FaultInjector, make
+from tracerl.envs.refund_desk import reference_plan
 from tracerl.models import load
-from tracerl.models.conversation import Conversation
-from tracerl.report.terminal import print_trajectory, trajectory_summary
-from tracerl.rollout.sampler import HFSampler, SampleResult
-from tracerl.types import Source, ToolCall, Trajectory
+from tracerl.report.terminal import print_trajectory
+from tracerl.rollout import BatchedHFSampler, ScriptedSampler
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.groups import rollout_metrics, run_groups
+from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
+from tracerl.rollout.replay import find_episode, replay_exact
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.rollout.sampler import SampleRequest
 
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression such as '17 * 23'.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "the expression"}},
-            "required": ["expression"],
-        },
-    },
-}
-TASKS = ["What is 17 * 23? Use the calculator tool.", "Compute 1234 + 4321 with a tool call."]
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.USub: operator.neg,
-}
+CONFIG = RolloutConfig(budgets=Budgets(steps=5, tool_calls=5), max_turn_tokens=96)
 
 
-def calculate(expression: str) -> str:
-    """Arithmetic only: numbers and + - * /. Anything else is an error value, not a crash."""
+def reference_policy(bundle: Any, tasks: list[dict[str, Any]]) -> Policy:
+    """The scripted reference agent; member g % 4 == 1 first calls a tool that does not exist."""
+    policy = Policy.from_bundle(bundle, ScriptedSampler([]))
+    parser, by_id = policy.parser, {t["id"]: t for t in tasks}
 
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.operand))
-        raise ValueError("only numbers and + - * / are allowed")
+    def turn(request: SampleRequest) -> str:
+        task_id, member = request.episode_id.split(":s")[0], request.episode_id.rsplit(":g")[1]
+        texts = [
+            parser.format_calls(x) if kind == "calls" else parser.format_answer(x)
+            for kind, x in reference_plan(by_id[task_id])
+        ]
+        if int(member) % 4 == 1:
+            texts.insert(1, parser.format_calls([("cancel_order", {"order_id": "A1001"})]))
+        return texts[min(request.turn, len(texts) - 1)]
 
-    try:
-        return str(ev(ast.parse(expression, mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError) as e:
-        return f"error: {e}"
-
-
-def parse_calls(text: str, step: int) -> list[ToolCall]:
-    """Demo-only parser for SmolLM2's ``<tool_call>[{...}]</tool_call>`` form."""
-    start, end = text.find("<tool_call>"), text.find("</tool_call>")
-    if start < 0 or end < start:
-        return []
-    raw = text[start + len("<tool_call>") : end]
-    try:
-        items = json.loads(raw)
-    except json.JSONDecodeError:
-        return []
-    items = items if isinstance(items, list) else [items]
-    calls = []
-    for i, item in enumerate(items):
-        if isinstance(item, dict) and isinstance(item.get("arguments"), dict):
-            name = str(item.get("name"))
-            calls.append(ToolCall(f"call_{step}_{i}", name, item["arguments"], raw=raw))
-    return calls
+    policy.sampler = ScriptedSampler.from_texts(bundle.renderer, turn, logprob=-0.1)
+    return policy
 
 
-def run_episode(bundle: Any, sampler: HFSampler, task: str, episode_id: str) -> list[Trajectory]:
-    conv: Conversation = bundle.renderer.start(
-        [{"role": "user", "content": task}], tools=[CALCULATOR], episode_id=episode_id
-    )
-    sampled: list[SampleResult] = []
-    for step in range(2):
-        res = sampler.generate(
-            conv.token_ids, max_tokens=64, stop_token_ids=bundle.renderer.stop_token_ids
+def _faults(e: Episode) -> str:
+    kinds = [
+        c["result"]["error"]["kind"]
+        for s in e.steps
+        for a in s.get("attempts", [])
+        for c in a.get("calls", [])
+        if c["result"]["error"]
+    ]
+    kinds += [s["fault"]["kind"] for s in e.steps if s.get("fault")]
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items()) or "-"
+
+
+def _table(rows: list[tuple[str, Episode]]) -> Table:
+    table = Table(title="episodes")
+    for col in ("agent", "task/g", "stop reason", "owner", "train"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("faults (all attempts)", min_width=22)
+    for agent, e in rows:
+        table.add_row(
+            agent,
+            f"{e.receipt.task['order_id']}/{e.episode_id.rsplit(':g', 1)[1]}",
+            e.stop_reason.value,
+            e.attribution.value,
+            "yes" if e.gradient_eligible else "no",
+            _faults(e),
         )
-        sampled.append(res)
-        text = bundle.renderer.decode(res.token_ids)
-        calls = parse_calls(text, step)
-        conv.add_policy(
-            res.token_ids,
-            res.logprobs,
-            finish_reason=res.finish_reason,
-            tool_calls=calls,
-            policy_version=res.policy_version,
-        )
-        if step == 1:
-            break
-        if calls:
-            # This tool framework echoes the call before its result; the renderer marks that
-            # echo so the action is never counted twice.
-            conv.add_observation(
-                [
-                    {
-                        "role": "tool",
-                        "tool_call_id": c.id,
-                        "content": f"{c.raw}\n=> {calculate(str(c.arguments.get('expression')))}",
-                        "echo": c.raw,
-                    }
-                    for c in calls
-                ]
-            )
-        else:
-            conv.add_observation(
-                [{"role": "user", "content": "No tool call found. Give the final answer."}]
-            )
-    _check_provenance(conv, sampled)
-    return conv.samples()
-
-
-def _check_provenance(conv: Conversation, sampled: list[SampleResult]) -> None:
-    """The invariants a user should be able to rely on, checked on the real episode."""
-    policy = [s for t in conv.samples() for s in t.segments if s.source is Source.POLICY]
-    assert [list(s.token_ids) for s in policy] == [r.token_ids for r in sampled]
-    for t in conv.samples():
-        assert sum(t.loss_mask) == sum(len(s.token_ids) for s in t.policy_segments())
+    return table
 
 
 def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     console = console or Console()
-    console.rule("[bold]tracerl demo")
+    console.rule("[bold]tracerl demo: refund_desk under injected faults")
     t0 = time.perf_counter()
     bundle = load("smollm2-135m-instruct")
     how = "converted from the GGUF and cached" if bundle.origin == "gguf" else "from the cache"
     console.print(f"loaded {bundle.model_id} {how} in {bundle.load_seconds:.1f} s")
-    sampler = HFSampler(bundle.model, temperature=0.7, seed=7)
-    trajectories: list[Trajectory] = []
-    for i, task in enumerate(TASKS):
-        console.rule(f"episode {i}: {task}")
-        for traj in run_episode(bundle, sampler, task, episode_id=f"demo-{i}"):
-            print_trajectory(traj, console)
-            trajectories.append(traj)
-    path = Path(out_dir) / "episodes" / "step_0.jsonl.gz"
-    write_trajectories(path, trajectories)
-    back = read_trajectories(path)
-    same = back == trajectories and all(
-        a.token_ids == b.token_ids and a.logprobs == b.logprobs
-        for a, b in zip(back, trajectories, strict=True)
+    sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=7)
+    path = step_file(out_dir, 0)
+    path.unlink(missing_ok=True)  # a fresh demo run
+    writer = EpisodeWriter(out_dir, step=0)
+    tasks = make("refund_desk").sample_tasks(2, seed=3)
+
+    def env() -> FaultInjector:
+        return FaultInjector(make("refund_desk"), rate=0.3, seed=1)
+
+    async def both() -> list[list[list[Episode]]]:
+        model = run_groups(
+            env,
+            tasks,
+            Policy.from_bundle(bundle, sampler),
+            CONFIG,
+            group_size=4,
+            seed=7,
+            writer=writer,
+        )
+        scripted = run_groups(
+            env, tasks, reference_policy(bundle, tasks), CONFIG, group_size=4, seed=8, writer=writer
+        )
+        return list(await asyncio.gather(model, scripted))
+
+    model_groups, scripted_groups = asyncio.run(both())
+    rows = [("model", e) for g in model_groups for e in g]
+    rows += [("ref", e) for g in scripted_groups for e in g]
+    episodes = [e for _, e in rows]
+    longest = max(episodes, key=lambda e: len(e.steps))
+    console.rule(f"the longest episode: {longest.episode_id}")
+    print_trajectory(longest.trajectories[-1], console)
+    console.print("its budget ledger:")
+    console.print_json(json.dumps(longest.receipt.ledger))
+    console.print(_table(rows))
+    m = rollout_metrics(episodes)
+    console.print({k: round(v, 3) for k, v in m.items() if v and "/" in k})
+    written = {t.episode_id for _, t in read_run_trajectories(out_dir)}
+    report = asyncio.run(
+        replay_exact(find_episode(out_dir, longest.episode_id), renderer=bundle.renderer)
     )
     console.rule("summary")
-    for traj in trajectories:
-        console.print(traj.episode_id, trajectory_summary(traj))
     console.print(
-        f"wrote {len(trajectories)} trajectories to {path}; read back bit-for-bit: {same}; "
+        f"{len(episodes)} episodes started, {len(written)} on disk in {path}; model sampler: "
+        f"{sampler.stats.batches} batches (largest {sampler.stats.max_batch}); replay of "
+        f"{longest.episode_id}: {'exact' if report.ok else report.first_difference}; "
         f"total {time.perf_counter() - t0:.1f} s"
     )
-    if not same:
-        raise SystemExit("round trip through JSONL changed the trajectories")
+    if len(written) != len(episodes) or not report.ok:
+        raise SystemExit("the demo lost an episode or could not replay one")
+    console.print(f"try: tracerl replay {out_dir} --episode '{longest.episode_id}' [--live]")
     return path

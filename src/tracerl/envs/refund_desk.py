@@ -42,9 +42,9 @@ def _catalog(n: int = 60, seed: int = 2026) -> dict[str, dict[str, Any]]:
             "order_id": oid,
             "customer": rng.choice(_NAMES),
             "item": rng.choice(_ITEMS),
-            "total": round(rng.choice([19.99, 45.0, 89.5, 120.0, 240.0, 640.0, 1500.0]), 2),
-            "status": rng.choice(["delivered"] * 4 + ["shipped", "refunded"]),
-            "days_since_delivery": rng.randint(1, 60),
+            "total": rng.choice([19.99, 35.0, 45.0, 60.0, 89.5, 99.0, 120.0, 240.0, 640.0, 1500.0]),
+            "status": rng.choice(["delivered"] * 5 + ["shipped", "refunded"]),
+            "days_since_delivery": rng.randint(1, 40),
         }
     return orders
 
@@ -181,8 +181,23 @@ class RefundDesk(ToolEnv):
         ]
 
 
+def reference_plan(task: dict[str, Any]) -> list[tuple[str, Any]]:
+    """What a careful agent does on a task: ``("calls", [(tool, args), ...])`` and
+    ``("answer", text)`` steps, independent of any model's call format (demo, baselines)."""
+    oid, amount = task["order_id"], task["amount"]
+    plan: list[tuple[str, Any]] = [
+        ("calls", [("lookup_order", {"order_id": oid}), ("get_refund_policy", {})])
+    ]
+    if task["expected"]["action"] == "refund":
+        plan.append(("calls", [("issue_refund", {"order_id": oid, "amount": amount})]))
+        plan.append(("answer", f"Done: ${amount:.2f} is refunded for order {oid}."))
+    else:
+        plan.append(("answer", f"Sorry, I cannot refund this: {task['expected']['why']}."))
+    return plan
+
+
 def _task(order: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    role = rng.choice(["agent", "agent", "supervisor"])
+    role = rng.choice(["agent", "supervisor"])
     amount = order["total"] if rng.random() < 0.8 else round(order["total"] / 2, 2)
     allowed, why = decide(order, amount, role)
     return {

@@ -1,0 +1,55 @@
+"""The episode writer: durable per-episode appends; a crash mid-write loses only that one."""
+
+from __future__ import annotations
+
+import gzip
+
+from tracerl.rollout.persist import EpisodeWriter, iter_episode_files, read_run_trajectories
+from tracerl.types import Segment, Source, Trajectory
+
+
+def _traj(i: int) -> Trajectory:
+    return Trajectory(
+        segments=(
+            Segment(Source.PROMPT, (1, 2, 3)),
+            Segment(Source.POLICY, (4, 5), (-0.5, -0.25)),
+        ),
+        episode_id=f"ep{i}",
+    )
+
+
+def test_each_append_is_a_complete_gzip_member(tmp_path):
+    w = EpisodeWriter(tmp_path, step=3)
+    for i in range(3):
+        w.append([_traj(i)])
+    assert w.episodes == 3 and w.path.name == "step_3.jsonl.gz"
+    # Any gzip reader sees one stream of three lines.
+    assert gzip.decompress(w.path.read_bytes()).decode().count("\n") == 3
+    assert [t.episode_id for _, t in read_run_trajectories(tmp_path)] == ["ep0", "ep1", "ep2"]
+
+
+def test_a_torn_write_is_skipped_by_readers_and_cut_by_the_next_writer(tmp_path, caplog):
+    w = EpisodeWriter(tmp_path, step=0)
+    w.append([_traj(0)])
+    w.append([_traj(1)])
+    good = w.path.stat().st_size
+    member = gzip.compress(b'{"schema": "tracerl.trajectory/1", "episode_id": "ep2"}\n')
+    with open(w.path, "ab") as f:  # a crash halfway through the third append
+        f.write(member[: len(member) // 2])
+    assert [t.episode_id for _, t in read_run_trajectories(tmp_path)] == ["ep0", "ep1"]
+    assert "torn last write" in caplog.text
+    resumed = EpisodeWriter(tmp_path, step=0)  # e.g. the run restarts
+    assert resumed.path.stat().st_size == good
+    resumed.append([_traj(3)])
+    ids = [t.episode_id for _, t in read_run_trajectories(tmp_path)]
+    assert ids == ["ep0", "ep1", "ep3"]
+
+
+def test_step_files_are_read_in_step_order(tmp_path):
+    for step in (10, 2, 1):
+        EpisodeWriter(tmp_path, step=step).append([_traj(step)])
+    assert [p.name for p in iter_episode_files(tmp_path)] == [
+        "step_1.jsonl.gz",
+        "step_2.jsonl.gz",
+        "step_10.jsonl.gz",
+    ]
