@@ -6,23 +6,59 @@ The public API is this short list; everything else is reachable from its module.
 __version__ = "0.1.0"
 
 from tracerl.jsonl import read_trajectories, write_trajectories
-from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
+from tracerl.types import (
+    Attribution,
+    FaultKind,
+    Receipt,
+    Segment,
+    Source,
+    StopReason,
+    ToolCall,
+    Trajectory,
+    TrajectoryError,
+)
+
+# Lazy names: importing tracerl must not import torch/transformers (or the env registry).
+_LAZY = {
+    "load": "tracerl.models",
+    "ChatRenderer": "tracerl.models",
+    "Conversation": "tracerl.models",
+    "PolicyBundle": "tracerl.models",
+    "make": "tracerl.envs",
+    "check_env": "tracerl.envs",
+    "tool": "tracerl.envs",
+    "ToolEnv": "tracerl.envs",
+    "FaultInjector": "tracerl.envs",
+    "Policy": "tracerl.rollout.runner",
+    "run_episode": "tracerl.rollout.runner",
+    "run_group": "tracerl.rollout.groups",
+    "run_groups": "tracerl.rollout.groups",
+    "RolloutConfig": "tracerl.rollout.budget",
+    "Budgets": "tracerl.rollout.budget",
+    "TerminalReserve": "tracerl.rollout.budget",
+    "EpisodeWriter": "tracerl.rollout.persist",
+}
 
 __all__ = [
+    "Attribution",
+    "FaultKind",
+    "Receipt",
     "Segment",
     "Source",
+    "StopReason",
     "ToolCall",
     "Trajectory",
     "TrajectoryError",
     "__version__",
     "read_trajectories",
     "write_trajectories",
+    *_LAZY,
 ]
 
 
-def __getattr__(name: str):  # lazy: importing tracerl must not import torch/transformers
-    if name in ("load", "ChatRenderer", "Conversation", "PolicyBundle"):
-        from tracerl import models
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
 
-        return getattr(models, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tracerl' has no attribute {name!r}")

@@ -62,6 +62,10 @@ def test_load_model_reports_unknown_specs():
 def test_public_api_is_a_short_list():
     assert set(tracerl.__all__) >= {"Trajectory", "Segment", "Source", "TrajectoryError"}
     assert tracerl.load is not None and tracerl.ChatRenderer is not None
+    assert len(tracerl.__all__) < 40
+    for name in tracerl.__all__:  # every advertised name resolves (lazily)
+        assert getattr(tracerl, name) is not None
+    assert tracerl.make("refund_desk").name == "refund_desk"
 
 
 def test_readme_example_runs(tmp_path, monkeypatch):
