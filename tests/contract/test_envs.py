@@ -44,7 +44,7 @@ def test_check_env_command():
 def test_registry_is_strict():
     with pytest.raises(ValueError, match="already registered"):
         register("refund_desk", RefundDesk)
-    with pytest.raises(KeyError, match="registered: .*refund_desk"):
+    with pytest.raises(KeyError, match=r"registered: .*refund_desk"):
         make("no_such_env")
 
 
@@ -109,7 +109,7 @@ def test_a_write_tool_without_dry_run_is_refused_at_registration():
         def sample_tasks(self, n, *, seed=0, split="train"):
             return [{"id": "t"}] * n
 
-    with pytest.raises(ValueError, match="send_email.*no dry-run path"):
+    with pytest.raises(ValueError, match=r"send_email.*no dry-run path"):
         Reckless()
     assert "send_email" in Reckless(side_effect_guard="off").tools  # explicit opt-out only
     with pytest.raises(ValueError, match="no dry-run path"):

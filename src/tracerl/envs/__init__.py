@@ -3,7 +3,7 @@
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult, ToolEnv
 from tracerl.envs.check import CheckReport, EnvCheckError, check_env
 from tracerl.envs.faults import FaultInjector
-from tracerl.envs.parsers import PARSERS, Action, get_parser, parser_for_model
+from tracerl.envs.parsers import PARSERS, Action, ParseError, get_parser, parser_for_model
 from tracerl.envs.refund_desk import RefundDesk
 from tracerl.envs.registry import make, register, registered
 from tracerl.envs.tools import InfraError, PolicyError, Tool, ToolResult, ToolSet, tool
@@ -20,6 +20,7 @@ __all__ = [
     "FaultInjector",
     "InfraError",
     "Message",
+    "ParseError",
     "PolicyError",
     "RefundDesk",
     "StepResult",

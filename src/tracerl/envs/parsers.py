@@ -33,7 +33,7 @@ class Action:
         text: the turn's text (stop token excluded).
         tool_calls: the calls, in order, with ids ``call_<step>_<i>``.
         answer: the final answer, when the turn gives one.
-        error: a `parse_error` fault when the turn could not be read.
+        error: a `ParseError` when the turn could not be read.
     """
 
     text: str
@@ -54,8 +54,16 @@ class Action:
         }
 
 
+class ParseError(Fault):
+    """A model turn that could not be read: a `parse_error` fault, owned by the policy. It is
+    a value (`Action.error`), shown to the model as an observation, never raised."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(FaultKind.PARSE_ERROR, message)
+
+
 def parse_error(text: str, message: str) -> Action:
-    return Action(text=text, error=Fault(FaultKind.PARSE_ERROR, message))
+    return Action(text=text, error=ParseError(message))
 
 
 class ActionParser(Protocol):
