@@ -11,6 +11,9 @@ same tokens whichever way it runs; measured in one process after a warm-up:
   batched   all E at once on BatchedHFSampler (one batched forward per decode step)
   plain     all E at once on the plain HFSampler (it serves them one after another)
 
+With --fault-rate R, every env is wrapped in a FaultInjector (sleeping for real on its
+heavy-tailed latency), so the figures include retries and slow tools overlapping with sampling.
+
 The headline is batched_E / single_1: the time of E concurrent episodes over the time of one.
 Well under E means many episodes waiting on the model cost one batched forward, not many.
 """
@@ -21,11 +24,19 @@ import argparse
 import asyncio
 import time
 
-from tracerl.envs import make
+from tracerl.envs import FaultInjector, make
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler, HFSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.runner import Episode, Policy, run_episode
+
+FAULT_RATE = 0.0
+
+
+def env():
+    if not FAULT_RATE:
+        return make("refund_desk")
+    return FaultInjector(make("refund_desk"), rate=FAULT_RATE, seed=0, sleep=True)
 
 
 def run(
@@ -33,10 +44,7 @@ def run(
 ) -> tuple[float, list[Episode]]:
     async def all_episodes() -> list[Episode]:
         return await asyncio.gather(
-            *(
-                run_episode(make("refund_desk"), t, policy, cfg, seed=first_seed + i)
-                for i, t in enumerate(tasks)
-            )
+            *(run_episode(env(), t, policy, cfg, seed=first_seed + i) for i, t in enumerate(tasks))
         )
 
     t0 = time.perf_counter()
@@ -54,7 +62,10 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--turn-tokens", type=int, default=48)
+    ap.add_argument("--fault-rate", type=float, default=0.0)
     args = ap.parse_args()
+    global FAULT_RATE
+    FAULT_RATE = args.fault_rate
 
     bundle = load(args.model)
     cfg = RolloutConfig(budgets=Budgets(steps=args.steps), max_turn_tokens=args.turn_tokens)
@@ -75,7 +86,7 @@ def main() -> None:
     e = args.episodes
     print(
         f"{bundle.model_id}: {e} refund_desk episodes, <= {args.steps} turns x "
-        f"{args.turn_tokens} tokens (CPU, fp32)"
+        f"{args.turn_tokens} tokens, fault rate {FAULT_RATE:g} (CPU, fp32)"
     )
     rows = [
         ("single_1 (mean)", single_wall, sampled(single_eps) / e),
