@@ -53,3 +53,32 @@ def test_step_files_are_read_in_step_order(tmp_path):
         "step_2.jsonl.gz",
         "step_10.jsonl.gz",
     ]
+
+
+def test_line_separator_characters_inside_text_survive(tmp_path):
+    t = _traj(0)
+    odd = Trajectory(
+        segments=(Segment(Source.ENVIRONMENT, (7,), text="a\u2028b\u2029c\x85d"),),
+        episode_id="odd",
+    )
+    EpisodeWriter(tmp_path, step=0).append([t, odd])
+    back = [t for _, t in read_run_trajectories(tmp_path)]
+    assert back[1].segments[0].text == "a\u2028b\u2029c\x85d"
+
+
+def test_damage_in_the_middle_is_refused_not_cut(tmp_path):
+    import pytest
+
+    from tracerl.types import TrajectoryError
+
+    w = EpisodeWriter(tmp_path, step=0)
+    for i in range(3):
+        w.append([_traj(i)])
+    data = bytearray(w.path.read_bytes())
+    first = gzip.compress(b"x")  # find the second member and damage its body
+    second = data.find(b"\x1f\x8b\x08", 1)
+    data[second + 15] ^= 0xFF
+    w.path.write_bytes(bytes(data))
+    with pytest.raises(TrajectoryError, match="not a torn last write"):
+        EpisodeWriter(tmp_path, step=0)
+    assert w.path.read_bytes() == bytes(data) and first  # nothing was cut

@@ -120,3 +120,31 @@ def test_live_replay_reports_drift_at_the_changed_step(tiny, tmp_path):
     changed = asyncio.run(replay_live(recorded, env=QueuedRefunds()))
     assert [d.step for d in changed.drifted] == [refund_step]
     assert "queued" in changed.drifted[0].detail
+
+
+def test_a_replay_that_leaves_the_recording_says_how(tiny, tmp_path):
+    """If the recorded policy tokens no longer lead to the recorded action (here: the record
+    of what was sent was edited), the report names the step and both actions."""
+    episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=1, group_size=1)
+    recorded = find_episode(tmp_path / "run", episodes[0].episode_id)
+    steps = copy.deepcopy(list(recorded[0].steps))
+    steps[0]["attempts"][0]["calls"][0]["action"]["args"] = {"order_id": "A9999"}
+    edited = [dataclasses.replace(recorded[0], steps=tuple(steps), _cache={})]
+    report = asyncio.run(replay_exact(edited, renderer=tiny.renderer))
+    assert not report.ok and "step 0: the replay sent" in report.first_difference
+    assert "A9999" in report.first_difference
+
+
+def test_live_replay_reports_a_failing_env_instead_of_crashing(tiny, tmp_path):
+    episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=1, group_size=1)
+
+    class Outage(RefundDesk):
+        async def step(self, action):
+            raise ConnectionError("refund service unreachable")
+
+    report = asyncio.run(
+        replay_live(find_episode(tmp_path / "run", episodes[0].episode_id), env=Outage())
+    )
+    assert report.steps[0].status == "same"  # reset still works
+    assert report.drifted and all(d.status == "failed" for d in report.drifted)
+    assert "unreachable" in report.drifted[0].detail

@@ -65,8 +65,13 @@ def test_faults_are_the_environments_and_mistakes_the_policys(tiny, tmp_path):
             assert not e.gradient_eligible
             assert e.receipt.gradient_eligible is False
         for s in e.steps:
-            if any(f["injected"] for f in _faults(s)):
+            final = [c["result"]["error"] for c in s.get("calls", []) if c["result"]["error"]]
+            if any(f["injected"] for f in final) or (
+                s is e.steps[-1] and e.stop_reason is StopReason.INFRA_FAILURE
+            ):  # the fault stands in the step's outcome: the step is the environment's
                 assert s["infra_error"] and s["reward"]["attribution"] == "environment"
+            elif any(f["injected"] for f in _faults(s)):  # retried away: invisible
+                assert s["retried"] >= 1 and not s["infra_error"]
     assert any(e.stop_reason is StopReason.INFRA_FAILURE for e in episodes)
 
     # The deliberate mistakes are the policy's, and (in a healthy env) they are trainable.

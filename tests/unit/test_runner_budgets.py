@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tracerl.envs import InfraError, ToolEnv, get_parser, make, tool
+from tracerl.envs import InfraError, ToolEnv, ToolResult, get_parser, make, tool
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import (
     Budgets,
@@ -30,6 +30,7 @@ class Library(ToolEnv):
     def __init__(self, fail_times: int = 0, **kw):
         super().__init__(**kw)
         self.fail_times = fail_times
+        self.shelved: list[int] = []
 
     @tool(version="1")
     def read(self, page: int):
@@ -38,8 +39,6 @@ class Library(ToolEnv):
         Args:
             page: page number.
         """
-        from tracerl.envs import ToolResult
-
         text = "lorem ipsum " * 3000 if page == 99 else f"page {page}"
         return ToolResult(text, evidence={"gain": 0.6 if page == 1 else 0.01})
 
@@ -58,6 +57,7 @@ class Library(ToolEnv):
         Args:
             page: page number.
         """
+        self.shelved.append(page)
         return "shelved"
 
     async def setup(self, task, seed):
@@ -196,7 +196,7 @@ def test_huge_tool_output_is_truncated_visibly(tiny):
     ("budgets", "extra", "stop"),
     [
         (Budgets(sampled_tokens=40), {}, StopReason.MAX_TOKENS),
-        (Budgets(context_tokens=260), {}, StopReason.CONTEXT_OVERFLOW),
+        (Budgets(context_tokens=400), {}, StopReason.CONTEXT_OVERFLOW),
         (Budgets(steps=20, tool_calls=2), {"reserve": None}, StopReason.MAX_TOOL_CALLS),
         (Budgets(wall_time_s=5), {"clock": lambda step: 2.0 * step}, StopReason.TIMEOUT),
     ],
@@ -206,6 +206,8 @@ def test_budget_stops(tiny, budgets, extra, stop):
     cfg = RolloutConfig(budgets=budgets, **extra)
     ep = _run(tiny, EXPLORER, cfg, clock=clock)
     assert ep.stop_reason is stop
+    # Wall time measures the machine as much as the policy: a timeout is never its signal.
+    assert ep.gradient_eligible is (stop is not StopReason.TIMEOUT)
     assert ep.receipt.ledger["stop_reason"] == stop.value
     traj = ep.trajectories[0]
     assert sum(traj.loss_mask) == ep.receipt.ledger["used"]["sampled_tokens"]
@@ -254,7 +256,7 @@ def test_a_failed_reset_is_an_infra_failure_with_a_receipt(tiny):
 
     ep = _run(tiny, EXPLORER, RolloutConfig(), env=Down())
     assert ep.stop_reason is StopReason.INFRA_FAILURE and ep.attribution.value == "environment"
-    assert "db down" in ep.receipt.reset_error and len(ep.trajectories) == 1
+    assert "db down" in ep.receipt.error and len(ep.trajectories) == 1
 
 
 def test_refund_desk_guard_never_refunds_for_real_unless_the_task_allows_it(tiny):
@@ -279,3 +281,49 @@ def test_refund_desk_guard_never_refunds_for_real_unless_the_task_allows_it(tiny
         task={**task, "allow_real_writes": True},
     )
     assert tenant.snapshot() == {task["order_id"]: task["amount"]}
+
+
+def test_a_retry_resends_only_the_failed_calls(tiny):
+    """A write that went through is not repeated because a neighbouring call failed."""
+    both = P.format_calls([("shelve", {"page": 4}), ("flaky", {})])
+    env = Library(fail_times=1)
+    task = {"id": "w", "prompt": "p", "effect": "write"}
+    retry = RetryPolicy(max_retries=2, backoff_s=0.0)
+    ep = _run(tiny, [both, "ok"], RolloutConfig(retry=retry), env=env, task=task)
+    assert env.shelved == [4]  # once, not once per attempt
+    step = ep.steps[0]
+    assert [len(a["calls"]) for a in step["attempts"]] == [2, 1] and step["retried"] == 1
+    assert [c["observation"]["status"] for c in step["calls"]] == ["ok", "ok"]
+    assert not step["infra_error"] and ep.gradient_eligible
+
+
+def test_an_evaluator_fault_is_nobodys_signal(tiny):
+    from tracerl.types import Fault, FaultKind
+
+    class Graded(Library):
+        @tool(version="1")
+        def grade(self) -> ToolResult:
+            """Grade the work so far."""
+            fault = Fault(FaultKind.EVALUATOR_CRASHED, "grader raised ZeroDivisionError")
+            return ToolResult("grader unavailable", error=fault)
+
+    ep = _run(tiny, [P.format_calls([("grade", {})]), "ok"], RolloutConfig(), env=Graded())
+    assert ep.attribution.value == "evaluator" and not ep.gradient_eligible
+
+
+def test_a_crashing_episode_is_kept_and_attributed_unknown(tiny, caplog):
+    class Broken(Library):
+        @tool(version="1")
+        def read(self, page: int):
+            """Read a page.
+
+            Args:
+                page: page number.
+            """
+            return ToolResult(None)  # a bug: content must be text
+
+    ep = _run(tiny, [READ, "ok"], RolloutConfig(), env=Broken())
+    assert ep.stop_reason is StopReason.INFRA_FAILURE and ep.attribution.value == "unknown"
+    assert not ep.gradient_eligible and "TypeError" in ep.receipt.error
+    assert ep.trajectories[0].count(Source.POLICY) > 0  # what was sampled is kept
+    assert "crashed" in caplog.text

@@ -132,7 +132,7 @@ async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: in
         if r.terminated or r.truncated:
             break
     await env.close()
-    return env, json.dumps(out, sort_keys=True, default=str)
+    return env, json.dumps(out, sort_keys=True)  # strict: episodes must be JSON to be written
 
 
 async def _step_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:

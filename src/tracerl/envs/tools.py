@@ -167,8 +167,11 @@ class Tool:
         args = self.validate(arguments)
         if isinstance(args, Fault):
             return ToolResult.failure(args)
-        if self.effect == "write":
+        if self.effect == "write" and self.has_dry_run:
             args["dry_run"] = dry_run
+        elif self.effect == "write" and dry_run:
+            reason = f"{self.name} has no dry-run path and this task allows no real writes"
+            return ToolResult.failure(Fault(FaultKind.FORBIDDEN_TOOL, reason))
         fn = self.fn if self._owner is None else self.fn.__get__(self._owner)
         try:
             if inspect.iscoroutinefunction(self.fn):
@@ -179,7 +182,7 @@ class Tool:
             return ToolResult.failure(_classify(e, self), (time.perf_counter() - t0) * 1000)
         result = out if isinstance(out, ToolResult) else ToolResult(content=_as_text(out))
         result.latency_ms = (time.perf_counter() - t0) * 1000
-        result.dry_run = self.effect == "write" and dry_run
+        result.dry_run = self.effect == "write" and self.has_dry_run and dry_run
         return result
 
 
@@ -243,7 +246,13 @@ def make_tool(
     summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
     if not summary:
         raise ValueError(f"{where}: needs a docstring; its first paragraph is the description")
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as e:
+        raise ValueError(
+            f"{where}: cannot resolve a type annotation ({e}); define or import the type at "
+            "module level"
+        ) from None
     fields: dict[str, Any] = {}
     has_dry_run = False
     for p in inspect.signature(fn).parameters.values():

@@ -29,7 +29,8 @@ class Budgets(_Config):
     steps: int = Field(8, ge=1)
     """Model turns (each turn and the observation answering it is one step)."""
     tool_calls: int | None = Field(8, ge=0)
-    """Tool calls executed or refused, over the whole episode."""
+    """Tool calls the environment executed, over the whole episode (a refused call costs its
+    step, not a call)."""
     sampled_tokens: int | None = Field(2048, ge=1)
     """Tokens the policy may sample over the whole episode."""
     context_tokens: int | None = Field(4096, ge=16)

@@ -76,7 +76,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
         side_effect_guard=run.env.side_effect_guard,
         rollout=run.cfg.model_dump(),
         reset_messages=run.reset_messages,
-        reset_error=run.reset_error,
+        error=run.error,
         steps=[
             {"step": k, "latency_ms": r.get("latency_ms", 0.0), "exception": r.get("exception")}
             for k, r in sorted(run.records.items())
@@ -85,7 +85,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
         stop_reason=stop.value,
         attribution=attribution.value,
         gradient_eligible=eligible,
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        started_at=run.started_at,
         wall_time_s=round(time.perf_counter() - run.t0, 4),
     )
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tracerl.jsonl import dumps, parse_lines
-from tracerl.types import Trajectory
+from tracerl.types import Trajectory, TrajectoryError
 
 log = logging.getLogger("tracerl")
 
@@ -30,19 +30,49 @@ def step_file(run_dir: str | os.PathLike[str], step: int) -> Path:
     return episodes_dir(run_dir) / f"step_{step}.jsonl.gz"
 
 
+_CHUNK = 1 << 16
+
+
+def _member_end(data: bytes, start: int) -> int | None:
+    """Where the complete gzip member starting at `start` ends, or None if it is not one."""
+    d = zlib.decompressobj(wbits=31)
+    pos = start
+    try:
+        while pos < len(data):
+            chunk = data[pos : pos + _CHUNK]
+            d.decompress(chunk, 0)
+            if d.eof:
+                return pos + len(chunk) - len(d.unused_data)
+            pos += len(chunk)
+    except zlib.error:
+        return None
+    return None
+
+
 def complete_prefix(data: bytes) -> int:
     """Length of the longest prefix of `data` made of complete gzip members."""
     pos = 0
     while pos < len(data):
-        d = zlib.decompressobj(wbits=31)
-        try:
-            d.decompress(data[pos:])
-        except zlib.error:
+        end = _member_end(data, pos)
+        if end is None:
             break
-        if not d.eof:
-            break
-        pos = len(data) - len(d.unused_data)
+        pos = end
     return pos
+
+
+def check_tail(path: Path, data: bytes) -> int:
+    """The length of the file's good part. Only a torn *last* member may be cut: damage
+    followed by complete members is corruption, and nothing is cut or appended then."""
+    good = complete_prefix(data)
+    magic = data.find(b"\x1f\x8b\x08", good + 1)
+    while magic != -1:
+        if _member_end(data, magic) is not None:
+            raise TrajectoryError(
+                f"{path}: damaged at byte {good} with complete episodes after it; this is "
+                "not a torn last write. Keep the file and restore it from a copy."
+            )
+        magic = data.find(b"\x1f\x8b\x08", magic + 1)
+    return good
 
 
 class EpisodeWriter:
@@ -55,7 +85,7 @@ class EpisodeWriter:
         self.trajectories = 0
         if self.path.exists():
             data = self.path.read_bytes()
-            good = complete_prefix(data)
+            good = check_tail(self.path, data)
             if good < len(data):
                 log.warning(
                     "%s: cutting a torn last write (%d bytes) left by a crash; the episodes "
@@ -90,9 +120,11 @@ def read_run_trajectories(run_dir: str | os.PathLike[str]) -> Iterator[tuple[Pat
     """Every trajectory of a run directory, skipping (with a warning) a torn last write."""
     for path in iter_episode_files(run_dir):
         data = path.read_bytes()
-        good = complete_prefix(data)
+        good = check_tail(path, data)
         if good < len(data):
             log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
         text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
-        for t in parse_lines(text.splitlines(), path):
+        # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON
+        # written with ensure_ascii=False may contain inside strings.
+        for t in parse_lines(text.split("\n"), path):
             yield path, t

@@ -94,22 +94,23 @@ class RecordedEnv(Env):
             (k, attempt) for k, rec in sorted(steps.items()) for attempt in rec.get("attempts", [])
         ]
         self.steps = steps
+        self.error: str | None = None  # the first way the replay left the recording
 
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
-        if self.receipt.reset_error:
-            raise ReplayError(f"recorded reset failure: {self.receipt.reset_error}")
+        if self.receipt.error and self.receipt.error.startswith("reset failed"):
+            raise RuntimeError(f"recorded: {self.receipt.error}")
         return [dict(m) for m in self.receipt.reset_messages]
 
     async def step(self, action: Action) -> StepResult:
         if not self.queue:
-            raise ReplayError("the replay asked the environment for more steps than recorded")
+            return self._diverged("the replay asked the environment for more steps than recorded")
         k, attempt = self.queue.pop(0)
-        want = [(c.name, c.arguments) for c in _action(self.steps[k]).tool_calls]
-        got = [(c.name, c.arguments) for c in action.tool_calls]
-        if got and got != [w for w in want if w in got]:
-            raise ReplayError(f"step {k}: replay sent {got}, the recording has {want}")
+        got = [(c.id, c.name, c.arguments) for c in action.tool_calls]
         if "exception" in attempt:
-            raise ReplayError(f"step {k}: recorded env exception {attempt['exception']}")
+            raise RuntimeError(f"recorded env exception: {attempt['exception']}")
+        want = [(c["call_id"], *c["action"].values()) for c in attempt["calls"]]
+        if got != want and (got or want):
+            return self._diverged(f"step {k}: the replay sent {got}, the recording has {want}")
         return StepResult(
             messages=[dict(m) for m in attempt["messages"]],
             terminated=attempt["terminated"],
@@ -118,6 +119,11 @@ class RecordedEnv(Env):
             calls=[CallOutcome.from_record(c) for c in attempt["calls"]],
             evidence_gain=attempt["evidence_gain"],
         )
+
+    def _diverged(self, message: str) -> StepResult:
+        """Remember the first divergence (the runner would treat a raise as an env fault)."""
+        self.error = self.error or message
+        raise ReplayError(message)
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
         return [self.receipt.task] * n
@@ -158,9 +164,10 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
     async def no_sleep(_: float) -> None:
         return None
 
+    env = RecordedEnv(receipt, steps)
     try:
         episode = await run_episode(
-            RecordedEnv(receipt, steps),
+            env,
             receipt.task,
             policy,
             RolloutConfig.model_validate(receipt.rollout),
@@ -172,6 +179,8 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
         )
     except (ReplayError, TrajectoryError) as e:
         return ReplayReport(receipt.episode_id, False, str(e))
+    if env.error:
+        return ReplayReport(receipt.episode_id, False, env.error)
     diff = first_difference(trajectories, episode.trajectories)
     stops = (receipt.stop_reason or "", episode.stop_reason.value)
     if diff is None and stops[0] != stops[1]:
@@ -215,15 +224,20 @@ class LiveReport:
 
 
 async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None) -> LiveReport:
-    """Send the recorded actions to the live env; report per step what drifted."""
+    """Send the recorded actions to the live env; report per step what drifted.
+
+    The env is rebuilt from the receipt with the side-effect guard on: a live replay never
+    writes for real, whatever the recorded run was allowed to do.
+    """
     receipt = _receipt(trajectories)
     if env is None:
-        env = make(receipt.env["name"], **receipt.env.get("kwargs", {}))
+        kwargs = {**receipt.env.get("kwargs", {}), "side_effect_guard": "dry_run"}
+        env = make(receipt.env["name"], **kwargs)
+    if getattr(env, "real_writes", False) or env.side_effect_guard != "dry_run":
+        raise ReplayError("live replay runs only with side_effect_guard='dry_run'")
     report = LiveReport(receipt.episode_id)
     try:
-        messages = await env.reset(receipt.task, receipt.seed)
-        same = _contents(messages) == _contents(receipt.reset_messages)
-        report.steps.append(Drift("reset", "same" if same else "drifted"))
+        report.steps.append(await _live_reset(env, receipt))
         for k, rec in sorted(_steps(trajectories).items()):
             attempts = [a for a in rec.get("attempts", []) if "calls" in a]
             if not attempts:
@@ -231,14 +245,25 @@ async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None
             final = attempts[-1]
             executed = {c["call_id"] for c in final["calls"]}
             action = _action(rec)
-            action = Action(
-                "", tuple(c for c in action.tool_calls if c.id in executed), action.answer
-            )
-            live = await env.step(action)
+            calls = tuple(c for c in action.tool_calls if c.id in executed)
+            try:
+                live = await env.step(Action("", calls, action.answer))
+            except Exception as e:  # an infra regression is a finding, not a crash
+                report.steps.append(Drift(k, "failed", f"{type(e).__name__}: {e}"))
+                continue
             report.steps.append(_compare(k, final, live))
     finally:
         await env.close()
     return report
+
+
+async def _live_reset(env: Env, receipt: Receipt) -> Drift:
+    try:
+        messages = await env.reset(receipt.task, receipt.seed)
+    except Exception as e:
+        return Drift("reset", "failed", f"{type(e).__name__}: {e}")
+    same = _contents(messages) == _contents(receipt.reset_messages)
+    return Drift("reset", "same" if same else "drifted")
 
 
 def _contents(messages: Sequence[Message]) -> list[tuple[Any, Any]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,6 +37,7 @@ from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed
 from tracerl.rollout.sampler import SampleRequest, SampleResult
 from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
 
+log = logging.getLogger("tracerl")
 Sleep = Callable[[float], Awaitable[None]]
 __all__ = ["Episode", "Policy", "episode_seed", "run_episode"]
 
@@ -63,7 +65,10 @@ async def run_episode(
     try:
         return await run.run()
     finally:
-        await env.close()
+        try:
+            await env.close()
+        except Exception as e:  # a finished episode is kept even if cleanup fails
+            log.warning("%s: env.close() failed: %s: %s", run.episode_id, type(e).__name__, e)
 
 
 class _EpisodeRun:
@@ -95,11 +100,25 @@ class _EpisodeRun:
         self.unknown_fault = False
         self.write_task = task.get("effect") == "write"
         self.announced = False  # the finalize instruction was shown
-        self.reset_error: str | None = None
+        self.error: str | None = None  # what crashed the episode, if anything
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.eval_fault = False
         self.template_kwargs: dict[str, Any] | None = None
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:
+        try:
+            stop = await self._loop()
+        except Exception as e:  # a crash (bad env output, sampler failure, a bug) ends the
+            # episode, which is kept with its receipt: nothing is lost, and it is nobody's
+            # signal. The unknown rate makes it visible.
+            log.warning("episode %s crashed: %s: %s", self.episode_id, type(e).__name__, e)
+            self.unknown_fault = True
+            self.error = f"{type(e).__name__}: {e}"
+            stop = StopReason.INFRA_FAILURE
+        return self._finish(stop)
+
+    async def _loop(self) -> StopReason:
         stop = await self._start()
         while stop is None:
             stop = self._stop_before_turn()
@@ -118,14 +137,14 @@ class _EpisodeRun:
             self.ledger.used["steps"] += 1
             self.ledger.used["sampled_tokens"] += len(res.token_ids)
             stop = await self._act(step, action, res)
-        return self._finish(stop)
+        return stop
 
     async def _start(self) -> StopReason | None:
         try:
             self.reset_messages = await self.env.reset(self.task, self.seed)
         except Exception as e:  # the env failed to start: an infra failure
             self.env_fault = True
-            self.reset_error = f"{type(e).__name__}: {e}"
+            self.error = f"reset failed: {type(e).__name__}: {e}"
             return StopReason.INFRA_FAILURE
         self.conv = self.policy.renderer.start(
             self.reset_messages,
@@ -141,8 +160,8 @@ class _EpisodeRun:
         b, used = self.cfg.budgets, self.ledger.used
         step = self.conv.step
         self.ledger.context_tokens = len(self.conv.token_ids)
-        elapsed = self.clock(step)
-        self.ledger.elapsed_s.append(round(elapsed, 4))
+        elapsed = round(self.clock(step), 4)  # compared as recorded, so replay agrees
+        self.ledger.elapsed_s.append(elapsed)
         if b.wall_time_s is not None and elapsed >= b.wall_time_s:
             return StopReason.TIMEOUT
         if used["steps"] >= b.steps:
@@ -260,11 +279,19 @@ class _EpisodeRun:
         return allowed, refused, None if stop is None else StopReason(stop)
 
     async def _env_step(self, action: Action, rec: dict[str, Any]) -> StepResult | None:
-        """env.step with retries for retryable infra faults; None if the env kept failing."""
+        """env.step with retries; None if the env kept failing (or raised).
+
+        Only the calls that failed with a retryable infrastructure fault are sent again;
+        calls that went through are kept, so a retry never repeats a side effect. A write
+        call that timed out is not retried: it may have happened.
+        """
         t0 = time.perf_counter()
+        kept: dict[str, CallOutcome] = {}
+        kept_messages: dict[str, Message] = {}
+        pending, result = action, StepResult([])
         for attempt in range(self.cfg.retry.max_retries + 1):
             try:
-                result = await self.env.step(action)
+                result = await self.env.step(pending)
             except Exception as e:  # an env bug: nobody can say whose fault
                 self.unknown_fault = True
                 rec.update(exception=type(e).__name__, unknown_error=True)
@@ -272,21 +299,32 @@ class _EpisodeRun:
                 rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
                 return None
             rec["attempts"].append(result_record(result))
-            hard = [
-                f
-                for f in result.faults()
-                if f.attribution is Attribution.ENVIRONMENT
-                and f.kind is not FaultKind.TRUNCATED_OUTPUT
-            ]
-            if not hard:
+            failed = {o.call.id: o.fault for o in result.calls if _hard_infra(o)}
+            for o in result.calls:
+                if o.call.id not in failed:
+                    kept[o.call.id] = o
+            for m in result.messages:
+                if m.get("tool_call_id") not in failed:
+                    kept_messages[m.get("tool_call_id")] = m
+            if not failed:
                 rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-                return result
-            rec["infra_error"] = True
-            rec["exception"] = hard[0].exception_type or hard[0].kind.value
-            if not all(f.retryable for f in hard) or attempt == self.cfg.retry.max_retries:
+                return _merged(action, result, kept, kept_messages)
+            first = next(iter(failed.values()))
+            rec["exception"] = first.exception_type or first.kind.value
+            retryable = all(f.retryable for f in failed.values()) and not any(
+                o.effect == "write" and o.fault.kind is FaultKind.TIMEOUT
+                for o in result.calls
+                if o.call.id in failed
+            )
+            if not retryable or attempt == self.cfg.retry.max_retries:
                 break
+            rec["retried"] = attempt + 1
+            pending = dataclasses.replace(
+                action, tool_calls=tuple(c for c in action.tool_calls if c.id in failed)
+            )
             await self.sleep(self.cfg.retry.delay(attempt))
         self.env_fault = True
+        rec["infra_error"] = True
         rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         return None
 
@@ -328,6 +366,8 @@ class _EpisodeRun:
                 self.env_fault = True  # a degraded observation reached the policy
             if o.fault is not None and o.fault.attribution is Attribution.UNKNOWN:
                 self.unknown_fault = True
+            if o.fault is not None and o.fault.attribution is Attribution.EVALUATOR:
+                self.eval_fault = True
 
     def _maybe_finalize(self) -> StopReason | None:
         """After a tool step: close exploration when the reserve (or low evidence gain) says
@@ -390,15 +430,20 @@ class _EpisodeRun:
 
     # ---- the end ---------------------------------------------------------------------------
     def _finish(self, stop: StopReason) -> Episode:
-        if stop is StopReason.INFRA_FAILURE and not self.unknown_fault:
+        # Wall time measures the machine (env latency, sampler queues) as much as the policy:
+        # a timeout is never the policy's signal. Budget its effort with steps and tokens.
+        if stop is StopReason.TIMEOUT or (
+            stop is StopReason.INFRA_FAILURE and not self.unknown_fault
+        ):
             self.env_fault = True
-        attribution = (
-            Attribution.ENVIRONMENT
-            if self.env_fault
-            else Attribution.UNKNOWN
-            if self.unknown_fault
-            else Attribution.POLICY
-        )
+        if self.env_fault:
+            attribution = Attribution.ENVIRONMENT
+        elif self.eval_fault:
+            attribution = Attribution.EVALUATOR
+        elif self.unknown_fault:
+            attribution = Attribution.UNKNOWN
+        else:
+            attribution = Attribution.POLICY
         samples = self.conv.samples() if self.conv is not None else [Trajectory(segments=())]
         sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
         eligible = attribution is Attribution.POLICY and sampled > 0
@@ -415,3 +460,34 @@ class _EpisodeRun:
         ]
         steps = [dict(s) for t in trajectories for s in t.steps]
         return Episode(trajectories, receipt, stop, attribution, eligible, steps)
+
+
+def _hard_infra(o: CallOutcome) -> bool:
+    """The call failed for infrastructure reasons and produced no usable output."""
+    f = o.fault
+    return (
+        f is not None
+        and f.attribution is Attribution.ENVIRONMENT
+        and f.kind is not FaultKind.TRUNCATED_OUTPUT
+    )
+
+
+def _merged(
+    action: Action,
+    last: StepResult,
+    kept: dict[str, CallOutcome],
+    messages: dict[Any, Message],
+) -> StepResult:
+    """The step's result over its attempts: each call's successful outcome, in call order."""
+    if len(last.calls) == len(action.tool_calls):
+        return last  # one attempt (or every call retried): nothing to merge
+    order = [c.id for c in action.tool_calls]
+    calls = [kept[i] for i in order if i in kept]
+    gains = [o.result.evidence_gain for o in calls if o.result.evidence_gain is not None]
+    return dataclasses.replace(
+        last,
+        messages=[messages[i] for i in order if i in messages]
+        + [m for k, m in messages.items() if k not in order],
+        calls=calls,
+        evidence_gain=sum(gains) if gains else last.evidence_gain,
+    )

@@ -21,9 +21,10 @@ class StopReason(StrEnum):
     """Why an episode ended. Exactly one per episode."""
 
     ANSWERED = "answered"
-    """The agent gave its final answer (or committed its action)."""
+    """The agent gave its final answer."""
     ENV_TERMINATED = "env_terminated"
-    """The environment ended the episode for its own reasons."""
+    """The environment ended the episode (its task reached an end state after a tool call, or
+    it cut the episode short)."""
     MAX_STEPS = "max_steps"
     MAX_TOOL_CALLS = "max_tool_calls"
     MAX_TOKENS = "max_tokens"
@@ -39,7 +40,8 @@ class StopReason(StrEnum):
     INFRA_FAILURE = "infra_failure"
     """The environment kept failing after retries: not the policy's doing."""
     TIMEOUT = "timeout"
-    """The episode's wall-time budget ran out."""
+    """The episode's wall-time budget ran out. Wall time measures the machine as much as the
+    policy, so such an episode is attributed to the environment."""
 
     @property
     def is_budget(self) -> bool:
@@ -203,7 +205,8 @@ class Receipt:
     """The rollout settings that shaped the episode (budgets, reserve, retries...)."""
     reset_messages: list[dict[str, Any]] = field(default_factory=list)
     """What `reset` returned: the recorded start of the tool I/O."""
-    reset_error: str | None = None
+    error: str | None = None
+    """What crashed the episode, if anything (a failed reset, a runner or env exception)."""
     steps: list[dict[str, Any]] = field(default_factory=list)
     """Per step: ``{"step", "latency_ms", "exception"}`` (exception type name or None)."""
     ledger: dict[str, Any] = field(default_factory=dict)
