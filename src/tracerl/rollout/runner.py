@@ -33,8 +33,9 @@ from tracerl.envs.base import CallOutcome, Env, Message, StepResult
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed, result_record
+from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed
 from tracerl.rollout.sampler import SampleRequest, SampleResult
+from tracerl.rollout.steps import observation, step_with_retries
 from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
 
 log = logging.getLogger("tracerl")
@@ -279,82 +280,21 @@ class _EpisodeRun:
         return allowed, refused, None if stop is None else StopReason(stop)
 
     async def _env_step(self, action: Action, rec: dict[str, Any]) -> StepResult | None:
-        """env.step with retries; None if the env kept failing (or raised).
-
-        Only the calls that failed with a retryable infrastructure fault are sent again;
-        calls that went through are kept, so a retry never repeats a side effect. A write
-        call that timed out is not retried: it may have happened.
-        """
-        t0 = time.perf_counter()
-        kept: dict[str, CallOutcome] = {}
-        kept_messages: dict[str, Message] = {}
-        pending, result = action, StepResult([])
-        for attempt in range(self.cfg.retry.max_retries + 1):
-            try:
-                result = await self.env.step(pending)
-            except Exception as e:  # an env bug: nobody can say whose fault
-                self.unknown_fault = True
-                rec.update(exception=type(e).__name__, unknown_error=True)
-                rec["attempts"].append({"exception": f"{type(e).__name__}: {e}"})
-                rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-                return None
-            rec["attempts"].append(result_record(result))
-            failed = {o.call.id: o.fault for o in result.calls if _hard_infra(o)}
-            for o in result.calls:
-                if o.call.id not in failed:
-                    kept[o.call.id] = o
-            for m in result.messages:
-                if m.get("tool_call_id") not in failed:
-                    kept_messages[m.get("tool_call_id")] = m
-            if not failed:
-                rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-                return _merged(action, result, kept, kept_messages)
-            first = next(iter(failed.values()))
-            rec["exception"] = first.exception_type or first.kind.value
-            retryable = all(f.retryable for f in failed.values()) and not any(
-                o.effect == "write" and o.fault.kind is FaultKind.TIMEOUT
-                for o in result.calls
-                if o.call.id in failed
-            )
-            if not retryable or attempt == self.cfg.retry.max_retries:
-                break
-            rec["retried"] = attempt + 1
-            pending = dataclasses.replace(
-                action, tool_calls=tuple(c for c in action.tool_calls if c.id in failed)
-            )
-            await self.sleep(self.cfg.retry.delay(attempt))
-        self.env_fault = True
-        rec["infra_error"] = True
-        rec["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        return None
+        """env.step with retries (see `tracerl.rollout.steps`); None if it kept failing."""
+        result, raised = await step_with_retries(self.env, action, self.cfg.retry, self.sleep, rec)
+        if raised:
+            self.unknown_fault = True  # an env bug: nobody can say whose fault
+        elif result is None:
+            self.env_fault = True
+        return result
 
     def _merge(
         self, action: Action, result: StepResult, refused: list[CallOutcome]
     ) -> list[Message]:
         """The observation: env messages and refusals in call order, huge outputs cut."""
-        by_id = {m.get("tool_call_id"): m for m in result.messages if m.get("role") == "tool"}
-        for o in refused:
-            by_id[o.call.id] = {
-                "role": "tool",
-                "tool_call_id": o.call.id,
-                "name": o.call.name,
-                "content": o.result.content,
-            }
-        messages = [by_id[c.id] for c in action.tool_calls if c.id in by_id]
-        messages += [m for m in result.messages if m.get("role") != "tool"]
-        outcomes = {o.call.id: o for o in result.calls}
-        return [self._truncate(m, outcomes.get(m.get("tool_call_id"))) for m in messages]
-
-    def _truncate(self, m: Message, outcome: CallOutcome | None) -> Message:
-        limit = self.cfg.observation_max_tokens
-        ids = self.policy.renderer.encode(m.get("content", ""), content=True)
-        if len(ids) <= limit:
-            return m
-        kept = self.policy.renderer.decode(ids[:limit])
-        marker = f"\n[... output truncated: showing {limit} of {len(ids)} tokens ...]"
-        if outcome is not None:
-            outcome.result.truncated = True
-        return {**m, "content": kept + marker}
+        return observation(
+            action, result, refused, self.policy.renderer, self.cfg.observation_max_tokens
+        )
 
     def _account(self, outcomes: Any) -> None:
         for o in outcomes:
@@ -460,34 +400,3 @@ class _EpisodeRun:
         ]
         steps = [dict(s) for t in trajectories for s in t.steps]
         return Episode(trajectories, receipt, stop, attribution, eligible, steps)
-
-
-def _hard_infra(o: CallOutcome) -> bool:
-    """The call failed for infrastructure reasons and produced no usable output."""
-    f = o.fault
-    return (
-        f is not None
-        and f.attribution is Attribution.ENVIRONMENT
-        and f.kind is not FaultKind.TRUNCATED_OUTPUT
-    )
-
-
-def _merged(
-    action: Action,
-    last: StepResult,
-    kept: dict[str, CallOutcome],
-    messages: dict[Any, Message],
-) -> StepResult:
-    """The step's result over its attempts: each call's successful outcome, in call order."""
-    if len(last.calls) == len(action.tool_calls):
-        return last  # one attempt (or every call retried): nothing to merge
-    order = [c.id for c in action.tool_calls]
-    calls = [kept[i] for i in order if i in kept]
-    gains = [o.result.evidence_gain for o in calls if o.result.evidence_gain is not None]
-    return dataclasses.replace(
-        last,
-        messages=[messages[i] for i in order if i in messages]
-        + [m for k, m in messages.items() if k not in order],
-        calls=calls,
-        evidence_gain=sum(gains) if gains else last.evidence_gain,
-    )
