@@ -126,8 +126,8 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     rows = [("model", e) for g in model_groups for e in g]
     rows += [("ref", e) for g in scripted_groups for e in g]
     episodes = [e for _, e in rows]
-    longest = max(episodes, key=lambda e: len(e.steps))
-    console.rule(f"the longest episode: {longest.episode_id}")
+    longest = max(episodes, key=lambda e: (e.receipt.ledger["used"]["tool_calls"], len(e.steps)))
+    console.rule(f"the busiest episode: {longest.episode_id}")
     print_trajectory(longest.trajectories[-1], console)
     console.print("its budget ledger:")
     console.print_json(json.dumps(longest.receipt.ledger))
