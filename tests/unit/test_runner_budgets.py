@@ -327,3 +327,16 @@ def test_a_crashing_episode_is_kept_and_attributed_unknown(tiny, caplog):
     assert not ep.gradient_eligible and "TypeError" in ep.receipt.error
     assert ep.trajectories[0].count(Source.POLICY) > 0  # what was sampled is kept
     assert "crashed" in caplog.text
+
+
+def test_a_write_the_tool_refused_does_not_spend_the_write_budget(tiny):
+    bad = P.format_calls([("shelve", {"page": "first"})])
+    good = P.format_calls([("shelve", {"page": 1})])
+    env = Library()
+    task = {"id": "w", "prompt": "p", "effect": "write"}
+    ep = _run(tiny, [bad, good, "ok"], RolloutConfig(), env=env, task=task)
+    statuses = [c["observation"]["status"] for s in ep.steps for c in s.get("calls", [])]
+    assert statuses == ["invalid_arguments", "ok"] and env.shelved == [1]
+    assert ep.stop_reason is StopReason.ANSWERED
+    assert ep.receipt.ledger["used"]["write_actions"] == 1
+    assert ep.receipt.ledger["used"]["tool_calls"] == 2

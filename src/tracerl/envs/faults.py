@@ -109,19 +109,31 @@ class FaultInjector(Env):
         return StepResult(messages, calls=outcomes, info={"injected": kind})
 
     def _truncate(self, result: StepResult) -> StepResult:
+        """Cut the outputs of the calls that succeeded (an error message is left alone: its
+        fault already has an owner). No successful call, no fault injected."""
+        ok = {c.call.id for c in result.calls if c.result.ok}
+        if not ok:
+            return result
         self._log("truncated_output", fault=True)
         keep = self.rng.uniform(0.1, 0.6)
-        messages = []
-        for m in result.messages:
-            content = m.get("content", "")
-            messages.append({**m, "content": content[: max(1, int(len(content) * keep))]})
+        messages = [
+            {**m, "content": m["content"][: max(1, int(len(m["content"]) * keep))]}
+            if m.get("tool_call_id") in ok
+            else m
+            for m in result.messages
+        ]
         by_id = {m.get("tool_call_id"): m["content"] for m in messages}
         for c in result.calls:
-            fault = Fault(
-                FaultKind.TRUNCATED_OUTPUT, "the service returned a cut-off output", injected=True
-            )
-            content = by_id.get(c.call.id, c.result.content)
-            c.result = dataclasses.replace(c.result, content=content, error=fault, truncated=True)
+            if c.call.id in ok:
+                fault = Fault(
+                    FaultKind.TRUNCATED_OUTPUT,
+                    "the service returned a cut-off output",
+                    injected=True,
+                )
+                content = by_id.get(c.call.id, c.result.content)
+                c.result = dataclasses.replace(
+                    c.result, content=content, error=fault, truncated=True
+                )
         return dataclasses.replace(
             result, messages=messages, info={**result.info, "injected": "truncated_output"}
         )

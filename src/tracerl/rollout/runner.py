@@ -301,7 +301,10 @@ class _EpisodeRun:
             if o.effect == "refused":
                 continue
             self.ledger.used["tool_calls"] += 1
-            self.ledger.used["write_actions"] += o.effect == "write"
+            # A write the tool refused (bad arguments, forbidden) did not happen: it costs a
+            # tool call, not the write budget. One that failed in the service may have.
+            refused_by_tool = o.fault is not None and o.fault.attribution is Attribution.POLICY
+            self.ledger.used["write_actions"] += o.effect == "write" and not refused_by_tool
             if o.fault is not None and o.fault.attribution is Attribution.ENVIRONMENT:
                 self.env_fault = True  # a degraded observation reached the policy
             if o.fault is not None and o.fault.attribution is Attribution.UNKNOWN:
