@@ -8,7 +8,15 @@ from tracerl.envs.refund_desk import RefundDesk
 from tracerl.envs.registry import make, register, registered
 from tracerl.envs.tools import InfraError, PolicyError, Tool, ToolResult, ToolSet, tool
 
+
+def _search_env(**kwargs):  # imported on use: the search env pulls in bm25s
+    from tracerl.envs.search import SearchEnv
+
+    return SearchEnv(**kwargs)
+
+
 register("refund_desk", RefundDesk)
+register("search", _search_env)
 
 __all__ = [
     "PARSERS",

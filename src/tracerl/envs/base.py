@@ -159,11 +159,13 @@ class ToolEnv(Env):
         self.task: dict[str, Any] = {}
         self.rng = random.Random(0)
         self.done = False
+        self.answer: dict[str, Any] | None = None  # set by an answer tool: ends the episode
 
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
         if not isinstance(task, dict) or not task.get("id"):
             raise ValueError(f"{self.name}: a task is a dict with an 'id', got {task!r:.200}")
         self.task, self.rng, self.done = task, random.Random(seed), False
+        self.answer: dict[str, Any] | None = None
         return await self.setup(task, seed)
 
     @abstractmethod
@@ -193,7 +195,8 @@ class ToolEnv(Env):
                 }
                 for o in outcomes
             ],
-            terminated=self.done,
+            terminated=self.done or self.answer is not None,
+            info={"answer": self.answer} if self.answer is not None else {},
             calls=outcomes,
             evidence_gain=sum(known) if known else None,
         )

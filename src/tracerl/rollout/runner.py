@@ -215,6 +215,7 @@ class _EpisodeRun:
             self._log_step(step, "answer", t0, res, rec, result)
             if result is None:
                 return StopReason.INFRA_FAILURE
+            rec["info"] = result.info or {"answer": {"text": action.answer, "citations": []}}
             return StopReason.ANSWERED
         return await self._tool_step(step, action, res, rec, t0)
 
@@ -252,6 +253,8 @@ class _EpisodeRun:
         self._log_step(step, "+".join(c.name for c in action.tool_calls), t0, res, rec, result)
         if stop is not None:
             return stop
+        if result.terminated and result.info.get("answer") is not None:
+            return StopReason.ANSWERED  # an answer tool (with citations, say) ended it
         if result.terminated or result.truncated:
             return StopReason.ENV_TERMINATED
         stop = self._maybe_finalize()

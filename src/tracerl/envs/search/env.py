@@ -1,0 +1,196 @@
+"""`search`: a Search-R1-style question-answering environment over a real (or generated) corpus.
+
+Tools: ``search(query, k)`` → ranked snippets with doc ids and titles; ``open(doc_id)`` → the
+full text, or a dead-link error; ``answer(text, citations)`` → ends the episode, citations
+being ``{doc_id, quote}``. Two action protocols:
+
+* ``tools`` — the model calls the three tools in its family's format (`hermes`, `json_list`);
+* ``search_r1`` — Search-R1 tags: ``<search>query</search>`` runs `search`, and
+  ``<answer>text</answer>`` ends the episode (no citations); the tools are not listed in
+  the prompt, which describes the tags instead.
+
+Retrieved text is an observation: it reaches the model as a tool message (environment
+tokens, never trained on). `evidence_gain` per step is the share of the task's gold documents
+that the step surfaced for the first time (0 for a repeated or useless search), which feeds
+the ledger and its marginal-gain stop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from tracerl.envs.base import Message, StepResult, ToolEnv
+from tracerl.envs.parsers import Action
+from tracerl.envs.search import tasks as task_sets
+from tracerl.envs.search.corpus import Corpus, load_corpus
+from tracerl.envs.search.index import BM25Index, Hit
+from tracerl.envs.tools import PolicyError, ToolResult, tool
+from tracerl.types import FaultKind, ToolCall
+
+PROTOCOLS = ("tools", "search_r1")
+_INDEXES: dict[str, BM25Index] = {}
+
+
+class Citation(BaseModel):
+    """A claim's source: a document id and an exact quote from it."""
+
+    model_config = ConfigDict(extra="forbid")
+    doc_id: str
+    quote: str
+
+
+def bm25(corpus: Corpus) -> BM25Index:
+    """One index per corpus per process (built or loaded from the disk cache once)."""
+    key = corpus.sha256
+    if key not in _INDEXES:
+        _INDEXES[key] = BM25Index(corpus)
+    return _INDEXES[key]
+
+
+class SearchEnv(ToolEnv):
+    name = "search"
+    version = "1.0"
+
+    def __init__(
+        self,
+        *,
+        corpus: str = "synthetic",
+        protocol: str = "tools",
+        k: int = 3,
+        snippet_chars: int = 240,
+        side_effect_guard: str = "dry_run",
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"search env: protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        super().__init__(side_effect_guard=side_effect_guard)
+        self.corpus_name, self.protocol, self.k, self.snippet_chars = (
+            corpus,
+            protocol,
+            k,
+            snippet_chars,
+        )
+        self.corpus = load_corpus(corpus)
+        self.seen: set[str] = set()
+        self.searches: list[str] = []
+
+    # ---- tools -----------------------------------------------------------------------------
+    @tool(effect="read", timeout_s=10.0, version="1")
+    def search(self, query: str, k: int = 3) -> ToolResult:
+        """Search the corpus; returns ranked snippets with document ids and titles.
+
+        Args:
+            query: a few keywords naming what you look for.
+            k: how many results (1 to 10).
+        """
+        if not 1 <= k <= 10:
+            raise PolicyError("k must be between 1 and 10", FaultKind.INVALID_ARGUMENTS)
+        self.searches.append(query)
+        hits = bm25(self.corpus).search(query, k)
+        if not hits:
+            return ToolResult("no results", evidence={"gain": 0.0, "docs": []})
+        return ToolResult(self._format(hits), evidence=self._gain([h.doc.id for h in hits]))
+
+    @tool(name="open", effect="read", timeout_s=10.0, version="1")
+    def open_doc(self, doc_id: str) -> ToolResult:
+        """Open a document by id; returns its full text.
+
+        Args:
+            doc_id: an id from the search results.
+        """
+        doc = self.corpus.get(doc_id.strip())
+        if doc is None:
+            raise PolicyError(f"dead link: no document {doc_id!r}", FaultKind.INVALID_ARGUMENTS)
+        return ToolResult(self.document(doc.id) or "", evidence=self._gain([doc.id]))
+
+    @tool(effect="read", timeout_s=5.0, version="1")
+    def answer(self, text: str, citations: list[Citation] | None = None) -> ToolResult:
+        """Give the final answer, with the documents and exact quotes that support it.
+
+        Args:
+            text: the answer, as short as possible (a name, a year, a title).
+            citations: supporting quotes, each {"doc_id": ..., "quote": ...}.
+        """
+        cites = [c.model_dump() for c in citations or []]
+        self.answer = {"text": text, "citations": cites}
+        return ToolResult("answer recorded", evidence={"gain": 0.0})
+
+    def _format(self, hits: list[Hit]) -> str:
+        lines = []
+        for rank, h in enumerate(hits, start=1):
+            snippet = h.doc.text[: self.snippet_chars]
+            snippet += "..." if len(h.doc.text) > self.snippet_chars else ""
+            if self.protocol == "search_r1":
+                lines.append(f'Doc {rank} (id {h.doc.id}, title "{h.doc.title}"): {snippet}')
+            else:
+                lines.append(f"[{rank}] {h.doc.id} | {h.doc.title}\n{snippet}")
+        text = "\n".join(lines)
+        return f"<information>{text}</information>" if self.protocol == "search_r1" else text
+
+    def _gain(self, doc_ids: list[str]) -> dict[str, Any]:
+        gold = set(self.task.get("gold_docs", []))
+        new = (set(doc_ids) & gold) - self.seen
+        self.seen |= set(doc_ids)
+        return {"gain": len(new) / len(gold) if gold else 0.0, "docs": doc_ids}
+
+    # ---- episode ---------------------------------------------------------------------------
+    def document(self, doc_id: str) -> str | None:
+        """A document as `open` shows it (title line, then text): what citations quote."""
+        doc = self.corpus.get(doc_id)
+        return None if doc is None else f"{doc.title}\n{doc.text}"
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [] if self.protocol == "search_r1" else super().tool_schemas()
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
+        self.seen, self.searches = set(), []
+        return [
+            {"role": "system", "content": _INSTRUCTIONS[self.protocol]},
+            {"role": "user", "content": task["question"]},
+        ]
+
+    async def finish(self, action: Action) -> StepResult:
+        self.answer = {"text": action.answer or "", "citations": []}
+        return StepResult([], terminated=True, info={"answer": self.answer})
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+        return task_sets.sample(self.corpus_name, split, n, seed)
+
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        return oracle_actions(self.corpus, task)
+
+
+def oracle_actions(corpus: Corpus, task: dict[str, Any]) -> list[Action]:
+    """A scripted oracle: search each gold document by its title, then answer with the gold
+    answer and a citation quoting the sentence of the last gold document that states it."""
+    actions = []
+    for i, doc_id in enumerate(task["gold_docs"]):
+        call = ToolCall(f"call_{i}_0", "search", {"query": corpus.by_id[doc_id].title, "k": 3})
+        actions.append(Action(text="", tool_calls=(call,)))
+    gold, last = task["answers"][0], corpus.by_id[task["gold_docs"][-1]]
+    # the sentence stating the answer; for a title answer, the title line of the document
+    quote = next((s for s in _sentences(last.text) if gold in s), last.title)
+    cite = {"doc_id": last.id, "quote": quote}
+    answer = ToolCall(f"call_{len(actions)}_0", "answer", {"text": gold, "citations": [cite]})
+    actions.append(Action(text="", tool_calls=(answer,)))
+    return actions
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in text.replace("\n", " ").split(". ") if s.strip()]
+
+
+_INSTRUCTIONS = {
+    "tools": (
+        "Answer the question with the help of the tools. Search the corpus, open documents "
+        "when a snippet is not enough, then call `answer` with a short answer and citations: "
+        "the id of a document and an exact quote from it that supports the answer."
+    ),
+    "search_r1": (
+        "Answer the question. Think first. To look something up, write <search>a few "
+        "keywords</search> and the results come back inside <information></information>. "
+        "Search as often as you need; when you know the answer, write it inside "
+        "<answer></answer>, as short as possible."
+    ),
+}

@@ -1,0 +1,77 @@
+"""BM25 retrieval with `bm25s`, the index cached on disk under the corpus's content hash.
+
+The first use of a corpus builds its index and saves it to
+``$TRACERL_CACHE/indexes/bm25-<corpus sha256[:16]>/``; later uses load it. A changed corpus
+has a different hash, so a stale index is never used. Documents are indexed as title and
+text together; queries are tokenized the same way (lower case, English stop words removed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracerl.cache import cache_dir, save_folder_atomically
+from tracerl.envs.search.corpus import Corpus, Doc
+
+log = logging.getLogger("tracerl")
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc: Doc
+    score: float
+
+
+class BM25Index:
+    """`search(query, k)` over a corpus; build or load happens in the constructor."""
+
+    def __init__(self, corpus: Corpus, *, cache: Path | None = None) -> None:
+        import bm25s
+
+        self.corpus = corpus
+        self.folder = (cache or cache_dir() / "indexes") / f"bm25-{corpus.sha256[:16]}"
+        t0 = time.perf_counter()
+        if (self.folder / "params.index.json").is_file():
+            self.retriever = bm25s.BM25.load(self.folder, show_progress=False)
+            self.origin = "cache"
+        else:
+            self.retriever = bm25s.BM25()
+            texts = [f"{d.title}\n{d.text}" for d in corpus.docs]
+            tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
+            self.retriever.index(tokens, show_progress=False)
+            save_folder_atomically(self.folder, self._save)
+            self.origin = "built"
+        self.build_seconds = time.perf_counter() - t0
+        self.vocab = self.retriever.vocab_dict
+
+    def _save(self, folder: Path) -> None:
+        self.retriever.save(folder, show_progress=False)
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: list[str], k: int = 5) -> list[list[Hit]]:
+        """Top-k hits per query (fewer when fewer documents match; none for a query whose
+        words are all unknown or stop words)."""
+        import bm25s
+
+        k = max(1, min(k, len(self.corpus)))
+        tokenized = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+        known = [[t for t in toks if t in self.vocab] for toks in tokenized]
+        out: list[list[Hit]] = [[] for _ in queries]
+        rows = [i for i, toks in enumerate(known) if toks]
+        if not rows:
+            return out
+        docs_Q_K, scores_Q_K = self.retriever.retrieve(
+            [known[i] for i in rows], k=k, show_progress=False, n_threads=1
+        )
+        for row, ids, scores in zip(rows, docs_Q_K, scores_Q_K, strict=True):
+            out[row] = [
+                Hit(self.corpus.docs[int(i)], float(s))
+                for i, s in zip(ids, scores, strict=True)
+                if s > 0
+            ]
+        return out

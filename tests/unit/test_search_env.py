@@ -1,0 +1,110 @@
+"""The search environment is solvable and demands search: an oracle that searches the gold
+entities scores >= 0.95 on held-out questions; a guesser that never searches scores < 0.05."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tracerl.envs import get_parser, make
+from tracerl.envs.search import oracle_actions
+from tracerl.envs.search import tasks as task_sets
+from tracerl.rewards import exact_match, verify_citation
+from tracerl.rollout import ScriptedSampler
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.runner import Policy
+
+CONFIG = RolloutConfig(budgets=Budgets(steps=6, tool_calls=6), reserve=None)
+
+
+def _policy(tiny, env, tasks, protocol, *, guess=False):
+    parser = get_parser("search_r1" if protocol == "search_r1" else "json_list")
+    by_id = {t["id"]: t for t in tasks}
+
+    def turn(request):
+        task = by_id[request.episode_id.split(":s")[0]]
+        if guess:
+            return parser.format_answer("1900" if "year" in task["question"] else "Paris")
+        texts = []
+        for action in oracle_actions(env.corpus, task):
+            call = action.tool_calls[0]
+            if call.name == "answer":
+                texts.append(
+                    parser.format_answer(call.arguments["text"])
+                    if protocol == "search_r1"
+                    else parser.format_calls([("answer", call.arguments)])
+                )
+            else:
+                texts.append(parser.format_calls([(call.name, call.arguments)]))
+        return texts[min(request.turn, len(texts) - 1)]
+
+    return Policy(ScriptedSampler.from_texts(tiny.renderer, turn), tiny.renderer, parser, "tiny")
+
+
+def _score(env, tasks, episodes):
+    em, cited, gain = [], [], []
+    for task, e in zip(tasks, episodes, strict=True):
+        info = next((s["info"] for s in e.steps if (s.get("info") or {}).get("answer")), None)
+        answer = info["answer"] if info else {"text": "", "citations": []}
+        em.append(exact_match(answer["text"], task["answers"]))
+        cited.append(
+            all(
+                verify_citation(c, answer["text"], env.document)["valid"]
+                for c in answer["citations"]
+            )
+            and bool(answer["citations"])
+        )
+        gain.append(sum(ev["evidence_gain"] for ev in e.receipt.ledger["events"]))
+    n = len(tasks)
+    return sum(em) / n, sum(cited) / n, sum(gain) / n
+
+
+@pytest.mark.parametrize("corpus", ["synthetic", "wiki"])
+def test_the_oracle_solves_heldout_questions_by_searching(tiny, corpus):
+    env = make("search", corpus=corpus)
+    tasks = task_sets.sample(corpus, "heldout", 60, seed=1)
+    policy = _policy(tiny, env, tasks, "tools")
+    groups = asyncio.run(
+        run_groups(lambda: make("search", corpus=corpus), tasks, policy, CONFIG, group_size=1)
+    )
+    em, cited, gain = _score(env, tasks, [g[0] for g in groups])
+    assert em >= 0.95 and cited >= 0.95, (em, cited)
+    assert gain >= 0.95  # searching the gold entities surfaces the gold documents
+    assert all(g[0].stop_reason.value == "answered" for g in groups)
+
+
+def test_search_r1_protocol_and_a_guesser_that_never_searches(tiny):
+    env = make("search", corpus="synthetic", protocol="search_r1")
+    tasks = task_sets.sample("synthetic", "heldout", 60, seed=2)
+
+    def run(policy):
+        groups = asyncio.run(
+            run_groups(
+                lambda: make("search", corpus="synthetic", protocol="search_r1"),
+                tasks,
+                policy,
+                CONFIG,
+                group_size=1,
+            )
+        )
+        return [g[0] for g in groups]
+
+    oracle = run(_policy(tiny, env, tasks, "search_r1"))
+    assert _score(env, tasks, oracle)[0] >= 0.95
+    assert "<information>" in oracle[0].steps[0]["observation_messages"][0]["content"]
+    guesser = run(_policy(tiny, env, tasks, "search_r1", guess=True))
+    assert _score(env, tasks, guesser)[0] < 0.05
+    assert all(len(e.steps) == 1 for e in guesser)
+
+
+def test_splits_share_no_topic_and_no_gold_document():
+    for corpus in ("synthetic", "wiki"):
+        train, held = task_sets.split(corpus, "train"), task_sets.split(corpus, "heldout")
+        assert len(held) >= 100 and len(train) > len(held)
+        assert not {q["topic"] for q in train} & {q["topic"] for q in held}
+        gold = [{d for q in s for d in q["gold_docs"]} for s in (train, held)]
+        assert not gold[0] & gold[1]
+    hops = {q["hops"] for q in task_sets.split("synthetic", "heldout")}
+    assert hops == {1, 2, 3}
