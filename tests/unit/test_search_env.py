@@ -108,3 +108,40 @@ def test_splits_share_no_topic_and_no_gold_document():
         assert not gold[0] & gold[1]
     hops = {q["hops"] for q in task_sets.split("synthetic", "heldout")}
     assert hops == {1, 2, 3}
+
+
+def test_a_search_r1_format_corpus_loads_and_is_searchable(tmp_path):
+    import json
+
+    from tracerl.envs.search import BM25Index, load_corpus
+
+    path = tmp_path / "corpus.jsonl"
+    rows = [
+        {"id": "0", "contents": '"Vellmor"\nVellmor is a river town known for glass.'},
+        {"id": "1", "contents": '"Ostrak"\nOstrak is a mountain pass.'},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    corpus = load_corpus(f"jsonl:{path}")
+    assert [d.title for d in corpus.docs] == ["Vellmor", "Ostrak"]
+    assert corpus.docs[0].contents() == rows[0]["contents"]
+    index = BM25Index(corpus, cache=tmp_path / "cache")
+    assert [h.doc.id for h in index.search("glass town", 2)] == ["0"]
+    assert BM25Index(corpus, cache=tmp_path / "cache").origin == "cache"
+    path.write_text('{"id": "0", "text": "no contents"}\n')
+    with pytest.raises(ValueError, match=r"corpus.jsonl:1: expected"):
+        load_corpus(f"jsonl:{path}")
+
+
+def test_search_tools_dead_links_and_evidence_gain(tiny):
+    env = make("search", corpus="synthetic")
+    task = task_sets.sample("synthetic", "train", 1, seed=5)[0]
+    asyncio.run(env.reset(task, 0))
+    gold = env.corpus.by_id[task["gold_docs"][0]]
+    first = asyncio.run(env.search({"query": gold.title}))
+    again = asyncio.run(env.search({"query": gold.title}))
+    assert gold.id in first.content and first.evidence_gain > 0
+    assert again.evidence_gain == 0.0  # a repeated search surfaces nothing new
+    dead = asyncio.run(env.open_doc({"doc_id": "syn:person:99.99"}))
+    assert dead.error.kind.value == "invalid_arguments" and "dead link" in dead.content
+    opened = asyncio.run(env.open_doc({"doc_id": gold.id}))
+    assert opened.content.startswith(gold.title + "\n")
