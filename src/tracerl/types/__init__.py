@@ -6,6 +6,7 @@ how an episode ended and whose fault a failure was (`StopReason`, `Attribution`,
 """
 
 from tracerl.types.episode import Attribution, Fault, FaultKind, Receipt, StopReason
+from tracerl.types.reward import Layer, RewardBreakdown, RewardComponent
 from tracerl.types.trajectory import (
     SCHEMA,
     Segment,
@@ -20,7 +21,10 @@ __all__ = [
     "Attribution",
     "Fault",
     "FaultKind",
+    "Layer",
     "Receipt",
+    "RewardBreakdown",
+    "RewardComponent",
     "Segment",
     "Source",
     "StopReason",

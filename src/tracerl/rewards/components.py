@@ -1,0 +1,87 @@
+"""Reward components for question answering with tools (registered by name)."""
+
+from __future__ import annotations
+
+from tracerl.rewards.compose import RewardContext, Score, component
+from tracerl.rewards.qa import exact_match, f1, sub_exact_match, verify_citation
+
+
+def _text(ctx: RewardContext) -> str:
+    return str((ctx.answer or {}).get("text") or "")
+
+
+@component("answered")
+def answered(ctx: RewardContext) -> Score:
+    """Constraint: the episode ended with an answer in the expected format."""
+    ok = ctx.stop_reason == "answered" and ctx.answer is not None
+    return Score(float(ok), {"stop_reason": ctx.stop_reason})
+
+
+@component("exact_match")
+def em(ctx: RewardContext) -> Score:
+    return Score(exact_match(_text(ctx), ctx.task["answers"]), {"answer": _text(ctx)})
+
+
+@component("sub_exact_match")
+def sub_em(ctx: RewardContext) -> Score:
+    return Score(sub_exact_match(_text(ctx), ctx.task["answers"]))
+
+
+@component("f1")
+def token_f1(ctx: RewardContext) -> Score:
+    return Score(f1(_text(ctx), ctx.task["answers"]))
+
+
+@component("citations_valid")
+def citations_valid(ctx: RewardContext, require: bool = True) -> Score:
+    """Process: the share of citations whose chain holds (exists → quoted → supports).
+    With `require`, an answer without citations scores 0."""
+    cites = (ctx.answer or {}).get("citations") or []
+    verdicts = [verify_citation(c, _text(ctx), ctx.lookup) for c in cites]
+    if not verdicts:
+        return Score(0.0 if require else 1.0, {"verdicts": []})
+    return Score(sum(v["valid"] for v in verdicts) / len(verdicts), {"verdicts": verdicts})
+
+
+@component("valid_calls")
+def valid_calls(ctx: RewardContext) -> Score:
+    """Process: the share of tool calls that were well-formed and permitted."""
+    calls = [c for s in ctx.steps for c in s.get("calls", [])]
+    parse_errors = sum(1 for s in ctx.steps if (s.get("fault") or {}).get("kind") == "parse_error")
+    bad = sum(c["policy_error"] for c in calls) + parse_errors
+    n = len(calls) + parse_errors
+    return Score(1.0 - bad / n if n else 1.0, {"calls": len(calls), "bad": bad})
+
+
+@component("no_forbidden")
+def no_forbidden(ctx: RewardContext) -> Score:
+    """Constraint: no forbidden tool or action was attempted."""
+    forbidden = [
+        c["action"]["tool"]
+        for s in ctx.steps
+        for c in s.get("calls", [])
+        if c["observation"]["status"] == "forbidden_tool"
+    ]
+    return Score(0.0 if forbidden else 1.0, {"forbidden": forbidden})
+
+
+@component("search_cost")
+def search_cost(ctx: RewardContext, per_search: float = 0.02, tool: str = "search") -> Score:
+    """Cost: minus `per_search` per call of `tool` (cap it in the spec)."""
+    n = sum(1 for s in ctx.steps for c in s.get("calls", []) if c["action"]["tool"] == tool)
+    return Score(-per_search * n, {"searches": n})
+
+
+SEARCH_REWARD = """
+components:
+  - {name: format, fn: answered, layer: constraint, weight: 0.0, gate: 1.0}
+  - {name: em, fn: exact_match, layer: outcome, weight: 1.0, gate: 1.0}
+  - {name: f1, fn: f1, layer: outcome, weight: 0.0}
+  - {name: citations, fn: citations_valid, layer: process, weight: 0.3}
+  - {name: valid_calls, fn: valid_calls, layer: process, weight: 0.1}
+  - {name: search_cost, fn: search_cost, layer: cost, weight: 1.0, cap: 0.1,
+     params: {per_search: 0.02}}
+"""
+"""The default search reward: format and exact match gate everything else; citations and
+valid calls add a little; searching costs a little, capped at 0.1 (< the 1.0 for a correct
+answer: saving cost can never beat finishing the task)."""

@@ -1,0 +1,155 @@
+"""Layered rewards, composed from a small YAML spec.
+
+    components:
+      - {name: format, fn: answered, layer: constraint, weight: 0.0, gate: 1.0}
+      - {name: em, fn: exact_match, layer: outcome, weight: 1.0, gate: 1.0}
+      - {name: citations, fn: citations_valid, layer: process, weight: 0.3}
+      - {name: search_cost, fn: search_cost, layer: cost, weight: 1.0, cap: 0.1,
+         params: {per_search: 0.02}}
+
+Components are scored in order. A component with a ``gate`` closes the gate when its value
+is below it: every later component is kept but not scored (``gated``), so credit for process
+signals cannot be earned without the outcome they serve. ``cap`` bounds the magnitude of a
+component's contribution (cost may never outweigh finishing the task).
+
+A component function raising is an evaluator error: the breakdown is attributed to the
+evaluator, undecided, and ineligible for the gradient. It never scores 0 silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracerl.types import Attribution, Layer, RewardBreakdown, RewardComponent, Trajectory
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+    decided: bool = True
+
+
+@dataclass
+class RewardContext:
+    """What a reward component may look at: the task, the final answer, the step records,
+    how the episode ended and whose it was, and a document lookup for citations."""
+
+    task: dict[str, Any]
+    answer: dict[str, Any] | None
+    steps: list[dict[str, Any]]
+    stop_reason: str
+    attribution: Attribution
+    lookup: Callable[[str], str | None] = lambda _: None
+    ledger: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_trajectories(
+        cls, trajectories: Sequence[Trajectory], lookup: Callable[[str], str | None]
+    ) -> RewardContext:
+        receipt = trajectories[0].receipt or {}
+        steps = sorted(
+            {s["step"]: s for t in trajectories for s in t.steps}.values(), key=lambda s: s["step"]
+        )
+        answer = next(
+            (
+                (s.get("info") or {}).get("answer")
+                for s in reversed(steps)
+                if (s.get("info") or {}).get("answer") is not None
+            ),
+            None,
+        )
+        return cls(
+            task=receipt.get("task", {}),
+            answer=answer,
+            steps=steps,
+            stop_reason=receipt.get("stop_reason", ""),
+            attribution=Attribution(receipt.get("attribution", "unknown")),
+            lookup=lookup,
+            ledger=receipt.get("ledger", {}),
+        )
+
+
+ComponentFn = Callable[..., Score]
+COMPONENTS: dict[str, ComponentFn] = {}
+
+
+def component(name: str) -> Callable[[ComponentFn], ComponentFn]:
+    """Register a reward component function ``fn(ctx, **params) -> Score`` by name."""
+
+    def register(fn: ComponentFn) -> ComponentFn:
+        if name in COMPONENTS:
+            raise ValueError(f"reward component {name!r} is already registered")
+        COMPONENTS[name] = fn
+        return fn
+
+    return register
+
+
+class ComponentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    """The metric name (``reward/<name>``)."""
+    fn: str
+    """A registered component function."""
+    layer: Layer
+    weight: float = 1.0
+    gate: float | None = None
+    """If set: later components are scored only if this value is at least the gate."""
+    cap: float | None = Field(None, ge=0)
+    """Bound on |value x weight|."""
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    components: list[ComponentSpec]
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> RewardSpec:
+        """From a YAML file path or YAML text; errors name the offending field."""
+        text = Path(source).read_text() if isinstance(source, Path) else source
+        spec = cls.model_validate(yaml.safe_load(text))
+        unknown = [c.fn for c in spec.components if c.fn not in COMPONENTS]
+        if unknown:
+            raise ValueError(
+                f"reward spec: unknown component functions {unknown}; registered: "
+                f"{', '.join(sorted(COMPONENTS))}"
+            )
+        return spec
+
+
+def compose(spec: RewardSpec, ctx: RewardContext) -> RewardBreakdown:
+    """Score every component in order, honouring gates and caps."""
+    out: list[RewardComponent] = []
+    gate_open, decided = True, True
+    for c in spec.components:
+        if not gate_open:
+            out.append(RewardComponent(c.name, c.layer, 0.0, c.weight, 0.0, gated=True))
+            continue
+        try:
+            score = COMPONENTS[c.fn](ctx, **c.params)
+        except Exception as e:  # the evaluator's fault, never the policy's
+            error = f"{c.name}: {type(e).__name__}: {e}"
+            return RewardBreakdown(tuple(out), 0.0, Attribution.EVALUATOR, False, error)
+        contribution = score.value * c.weight if score.decided else 0.0
+        if c.cap is not None:
+            contribution = max(-c.cap, min(c.cap, contribution))
+        out.append(
+            RewardComponent(
+                c.name, c.layer, score.value, c.weight, contribution, score.evidence, score.decided
+            )
+        )
+        decided = decided and score.decided
+        if c.gate is not None and (not score.decided or score.value < c.gate):
+            gate_open = False
+    total = sum(x.contribution for x in out)
+    return RewardBreakdown(tuple(out), total, ctx.attribution, decided)
