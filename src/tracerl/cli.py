@@ -141,5 +141,24 @@ def replay(
     )
 
 
+@app.command("serve-retriever")
+def serve_retriever(
+    corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:<path>")] = "wiki",
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+) -> None:
+    """Serve BM25 retrieval over a corpus with Search-R1's protocol (POST /retrieve)."""
+    from tracerl.envs.search.corpus import load_corpus
+    from tracerl.envs.search.server import RetrievalServer
+
+    try:
+        docs = load_corpus(corpus)
+    except (KeyError, FileNotFoundError, ValueError) as e:
+        raise _fail(str(e)) from None
+    server = RetrievalServer(docs, host, port)
+    console.print(f"serving {len(docs)} documents of {corpus} at {server.url}/retrieve")
+    server.serve_forever()
+
+
 if __name__ == "__main__":
     app()

@@ -9,10 +9,11 @@ being ``{doc_id, quote}``. Two action protocols:
   ``<answer>text</answer>`` ends the episode (no citations); the tools are not listed in
   the prompt, which describes the tags instead.
 
-Retrieved text is an observation: it reaches the model as a tool message (environment
-tokens, never trained on). `evidence_gain` per step is the share of the task's gold documents
-that the step surfaced for the first time (0 for a repeated or useless search), which feeds
-the ledger and its marginal-gain stop.
+Retrieval is the in-process BM25 index, or (``retriever="http://..."``) a Search-R1 retrieval
+server (`tracerl.envs.search.server`). Retrieved text is an observation: it reaches the model
+as a tool message (environment tokens, never trained on). `evidence_gain` per step is the
+share of the task's gold documents that the step surfaced for the first time (0 for a
+repeated or useless search), which feeds the ledger and its marginal-gain stop.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class SearchEnv(ToolEnv):
         protocol: str = "tools",
         k: int = 3,
         snippet_chars: int = 240,
+        retriever: str = "bm25",
+        retriever_timeout_s: float = 5.0,
         side_effect_guard: str = "dry_run",
     ) -> None:
         if protocol not in PROTOCOLS:
@@ -72,6 +75,10 @@ class SearchEnv(ToolEnv):
             snippet_chars,
         )
         self.corpus = load_corpus(corpus)
+        # "bm25": the in-process index; "http://host:port": a Search-R1 retrieval server
+        # serving the same corpus (its outages become environment faults).
+        self.retriever_spec = retriever
+        self.retriever_timeout_s = retriever_timeout_s
         self.seen: set[str] = set()
         self.searches: list[str] = []
 
@@ -87,7 +94,7 @@ class SearchEnv(ToolEnv):
         if not 1 <= k <= 10:
             raise PolicyError("k must be between 1 and 10", FaultKind.INVALID_ARGUMENTS)
         self.searches.append(query)
-        hits = bm25(self.corpus).search(query, k)
+        hits = self._retriever().search(query, k)
         if not hits:
             return ToolResult("no results", evidence={"gain": 0.0, "docs": []})
         return ToolResult(self._format(hits), evidence=self._gain([h.doc.id for h in hits]))
@@ -115,6 +122,17 @@ class SearchEnv(ToolEnv):
         cites = [c.model_dump() for c in citations or []]
         self.answer = {"text": text, "citations": cites}
         return ToolResult("answer recorded", evidence={"gain": 0.0})
+
+    def _retriever(self) -> Any:
+        if self.retriever_spec == "bm25":
+            return bm25(self.corpus)
+        if self.retriever_spec.startswith(("http://", "https://")):
+            from tracerl.envs.search.server import RetrievalClient
+
+            return RetrievalClient(self.retriever_spec, timeout_s=self.retriever_timeout_s)
+        raise ValueError(
+            f"search env: retriever must be 'bm25' or an http(s) URL, got {self.retriever_spec!r}"
+        )
 
     def _format(self, hits: list[Hit]) -> str:
         lines = []

@@ -1,0 +1,81 @@
+"""The retrieval server on loopback: Search-R1's protocol, and outages as env faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tracerl.envs import get_parser, make
+from tracerl.envs.search import oracle_actions
+from tracerl.envs.search import tasks as task_sets
+from tracerl.envs.search.corpus import load_corpus
+from tracerl.envs.search.server import RetrievalClient, RetrievalServer
+from tracerl.envs.tools import InfraError
+from tracerl.rollout import ScriptedSampler
+from tracerl.rollout.budget import Budgets, RetryPolicy, RolloutConfig
+from tracerl.rollout.runner import Policy, run_episode
+
+
+def _post(url, payload):
+    req = urllib.request.Request(
+        url + "/retrieve", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_search_r1_protocol_on_loopback():
+    corpus = load_corpus("synthetic")
+    title = corpus.docs[5].title
+    with RetrievalServer(corpus) as server:
+        scored = _post(server.url, {"queries": [title, "zzzz"], "topk": 2, "return_scores": True})
+        plain = _post(server.url, {"queries": [title], "topk": 2})
+        hits = RetrievalClient(server.url).search(title, 2)
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            _post(server.url, {"queries": "not a list"})
+    assert len(scored["result"]) == 2 and scored["result"][1] == []
+    top = scored["result"][0][0]
+    assert top["document"]["id"] == corpus.docs[5].id and top["score"] > 0
+    assert top["document"]["contents"].startswith(f'"{title}"\n')
+    assert plain["result"][0][0] == top["document"]
+    assert hits[0].doc.id == corpus.docs[5].id and hits[0].doc.title == title
+    assert bad.value.code == 400
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _oracle(tiny, env, task):
+    parser = get_parser("json_list")
+    texts = [
+        parser.format_calls([(a.tool_calls[0].name, a.tool_calls[0].arguments)])
+        for a in oracle_actions(env.corpus, task)
+    ]
+    return Policy(ScriptedSampler.from_texts(tiny.renderer, texts), tiny.renderer, parser, "t")
+
+
+def test_a_retriever_outage_is_the_environments_fault(tiny):
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with pytest.raises(InfraError) as e:
+        RetrievalClient(dead, timeout_s=1).search("x")
+    assert e.value.kind.value == "connection_refused"
+
+    task = task_sets.sample("synthetic", "heldout", 1, seed=3)[0]
+    cfg = RolloutConfig(budgets=Budgets(steps=6), retry=RetryPolicy(max_retries=1, backoff_s=0))
+    env = make("search", corpus="synthetic", retriever=dead)
+    ep = asyncio.run(run_episode(env, task, _oracle(tiny, env, task), cfg))
+    assert ep.stop_reason.value == "infra_failure" and ep.attribution.value == "environment"
+    assert not ep.gradient_eligible and len(ep.steps[0]["attempts"]) == 2
+
+    with RetrievalServer(load_corpus("synthetic")) as server:  # the same episode, service up
+        live = make("search", corpus="synthetic", retriever=server.url)
+        ok = asyncio.run(run_episode(live, task, _oracle(tiny, live, task), cfg))
+    assert ok.stop_reason.value == "answered" and ok.gradient_eligible
