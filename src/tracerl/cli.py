@@ -154,7 +154,7 @@ def serve_retriever(
     try:
         docs = load_corpus(corpus)
     except (KeyError, FileNotFoundError, ValueError) as e:
-        raise _fail(str(e)) from None
+        raise _fail(str(e.args[0] if e.args else e)) from None
     server = RetrievalServer(docs, host, port)
     console.print(f"serving {len(docs)} documents of {corpus} at {server.url}/retrieve")
     server.serve_forever()
