@@ -141,6 +141,39 @@ def replay(
     )
 
 
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Option(help="model spec")] = "smollm2-135m-instruct",
+    corpus: Annotated[str, typer.Option(help="synthetic or wiki")] = "synthetic",
+    protocol: Annotated[str, typer.Option(help="tools or search_r1")] = "tools",
+    split: Annotated[list[str], typer.Option(help="splits to evaluate")] = ["heldout"],  # noqa: B006
+    n: Annotated[int, typer.Option(help="questions per split")] = 20,
+    out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/eval"),
+    seed: Annotated[int, typer.Option(help="task sample and sampling seed")] = 0,
+) -> None:
+    """Run a model on held-out search questions; write episodes and per-split metrics."""
+    from tracerl.envs import get_parser
+    from tracerl.evaluate import evaluate
+    from tracerl.models import ModelNotFoundError, load
+    from tracerl.rollout import BatchedHFSampler
+    from tracerl.rollout.runner import Policy
+
+    try:
+        bundle = load(model)
+    except ModelNotFoundError as e:
+        raise _fail(str(e)) from None
+    sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
+    parser = get_parser("search_r1") if protocol == "search_r1" else None
+    policy = Policy.from_bundle(bundle, sampler, parser)
+    metrics = evaluate(
+        policy, corpus=corpus, protocol=protocol, splits=tuple(split), n=n, out_dir=out, seed=seed
+    )
+    for key, value in sorted(metrics.items()):
+        if value or "success" in key:
+            console.print(f"{key:55s} {value:8.3f}", markup=False)
+    console.print(f"wrote {out}/metrics.jsonl and {out}/episodes/", markup=False)
+
+
 @app.command("serve-retriever")
 def serve_retriever(
     corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:<path>")] = "wiki",

@@ -1,0 +1,125 @@
+"""`tracerl eval`: a policy on held-out questions, scored, with metrics per split.
+
+Runs one episode per question through the rollout engine, scores each with the layered
+search reward (`tracerl.rewards.SEARCH_REWARD`), attaches the reward breakdown to every
+trajectory, and writes the run directory: ``episodes/step_0.jsonl.gz`` and one line per
+split in ``metrics.jsonl``:
+
+    eval/<split>/success_rate         exact match of the final answer
+    eval/<split>/searches_mean        search calls per episode
+    eval/<split>/invalid_citation_rate   citations whose chain fails, over all citations
+    eval/<split>/latency_p95_s        95th percentile of episode wall time
+    eval/<split>/reward_mean          mean total reward over eligible episodes
+    eval/<split>/stop/*, attribution/*   from the rollout metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tracerl.envs import make
+from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.groups import rollout_metrics, run_groups
+from tracerl.rollout.persist import EpisodeWriter
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.types import RewardBreakdown
+
+EVAL_CONFIG = RolloutConfig(budgets=Budgets(steps=4, tool_calls=4), max_turn_tokens=96)
+
+
+def _p95(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def split_metrics(
+    episodes: list[Episode], rewards: list[RewardBreakdown], split: str
+) -> dict[str, float]:
+    em = [r.component("em").value if not r.component("em").gated else 0.0 for r in rewards]
+    verdicts = [
+        v
+        for r in rewards
+        if not r.component("citations").gated
+        for v in r.component("citations").evidence.get("verdicts", [])
+    ]
+    searches = [
+        sum(1 for s in e.steps for c in s.get("calls", []) if c["action"]["tool"] == "search")
+        for e in episodes
+    ]
+    eligible = [r.total for r in rewards if r.eligible]
+    n = max(1, len(episodes))
+    m = {
+        "success_rate": sum(em) / n,
+        "searches_mean": sum(searches) / n,
+        "invalid_citation_rate": (
+            sum(not v["valid"] for v in verdicts) / len(verdicts) if verdicts else 0.0
+        ),
+        "citations": float(len(verdicts)),
+        "latency_p95_s": _p95([e.receipt.wall_time_s or 0.0 for e in episodes]),
+        "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
+        "episodes": float(len(episodes)),
+    }
+    m.update(
+        {
+            k: v
+            for k, v in rollout_metrics(episodes).items()
+            if k.split("/")[0] in ("stop", "attribution")
+        }
+    )
+    return {f"eval/{split}/{k}": v for k, v in m.items()}
+
+
+def evaluate(
+    policy: Policy,
+    *,
+    corpus: str = "synthetic",
+    protocol: str = "tools",
+    splits: tuple[str, ...] = ("heldout",),
+    n: int = 20,
+    out_dir: str | Path = "runs/eval",
+    seed: int = 0,
+    config: RolloutConfig = EVAL_CONFIG,
+) -> dict[str, float]:
+    spec = RewardSpec.from_yaml(SEARCH_REWARD)
+    probe = make("search", corpus=corpus, protocol=protocol)
+    out_dir = Path(out_dir)
+    writer = EpisodeWriter(out_dir, step=0)
+    metrics: dict[str, float] = {}
+    for split in splits:
+        tasks = probe.sample_tasks(n, seed=seed, split=split)
+        groups = asyncio.run(
+            run_groups(
+                lambda: make("search", corpus=corpus, protocol=protocol),
+                tasks,
+                policy,
+                config,
+                group_size=1,
+                seed=seed,
+            )
+        )
+        episodes = [g[0] for g in groups]
+        rewards = []
+        for e in episodes:
+            r = compose(spec, RewardContext.from_trajectories(e.trajectories, probe.document))
+            rewards.append(r)
+            writer.append(
+                dataclasses.replace(t, reward=r.to_dict(), _cache={}) for t in e.trajectories
+            )
+        m = split_metrics(episodes, rewards, split)
+        _append_metrics(out_dir / "metrics.jsonl", {"step": 0, "split": split, **m})
+        metrics.update(m)
+    return metrics
+
+
+def _append_metrics(path: Path, row: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
