@@ -145,3 +145,49 @@ def test_search_tools_dead_links_and_evidence_gain(tiny):
     assert dead.error.kind.value == "invalid_arguments" and "dead link" in dead.content
     opened = asyncio.run(env.open_doc({"doc_id": gold.id}))
     assert opened.content.startswith(gold.title + "\n")
+
+
+def test_verl_parquet_round_trip(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tracerl.envs.search.verl import export_parquet, import_parquet
+
+    tasks = task_sets.sample("synthetic", "heldout", 5, seed=0)
+    path = export_parquet(tasks, tmp_path / "heldout.parquet")
+    table = pq.read_table(path)
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    row = table.to_pylist()[0]
+    assert row["data_source"] == "tracerl_synthetic" and row["ability"] == "fact-reasoning"
+    assert row["reward_model"] == {"style": "rule", "ground_truth": {"target": tasks[0]["answers"]}}
+    assert row["prompt"] == [{"role": "user", "content": tasks[0]["question"]}]
+    back = import_parquet(path)
+    for a, b in zip(tasks, back, strict=True):
+        assert {k: a[k] for k in ("id", "question", "answers", "gold_docs", "hops", "topic")} == {
+            k: b[k] for k in ("id", "question", "answers", "gold_docs", "hops", "topic")
+        }
+    # Search-R1's own rows (no tracerl fields) import too
+    foreign = tmp_path / "nq.parquet"
+    import pyarrow as pa
+
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "data_source": "nq",
+                    "prompt": [{"role": "user", "content": "who wrote hamlet?"}],
+                    "ability": "fact-reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": {"target": ["Shakespeare"]}},
+                    "extra_info": {"split": "test", "index": 7},
+                }
+            ]
+        ),
+        foreign,
+    )
+    (task,) = import_parquet(foreign)
+    assert task == {
+        "id": "nq:7",
+        "question": "who wrote hamlet?",
+        "answers": ["Shakespeare"],
+        "gold_docs": [],
+        "split": "test",
+    }
