@@ -53,7 +53,7 @@ def scripted_policy(renderer: Any, tasks: list[dict[str, Any]]) -> Policy:
     by_id = {t["id"]: t for t in tasks}
 
     def turn(request: SampleRequest) -> str:
-        task_id = request.episode_id.split(":s")[0]
+        task_id = request.episode_id.rsplit(":s", 1)[0]
         texts = plan_texts(by_id[task_id], plan_of(request.episode_id))
         return texts[min(request.turn, len(texts) - 1)]
 

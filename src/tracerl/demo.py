@@ -48,7 +48,10 @@ def reference_policy(bundle: Any, tasks: list[dict[str, Any]]) -> Policy:
     parser, by_id = policy.parser, {t["id"]: t for t in tasks}
 
     def turn(request: SampleRequest) -> str:
-        task_id, member = request.episode_id.split(":s")[0], request.episode_id.rsplit(":g")[1]
+        task_id, member = (
+            request.episode_id.rsplit(":s", 1)[0],
+            request.episode_id.rsplit(":g", 1)[1],
+        )
         texts = [
             parser.format_calls(x) if kind == "calls" else parser.format_answer(x)
             for kind, x in reference_plan(by_id[task_id])

@@ -11,6 +11,8 @@ split in ``metrics.jsonl``:
     eval/<split>/latency_p95_s        95th percentile of episode wall time
     eval/<split>/reward_mean          mean total reward over eligible episodes
     eval/<split>/stop/*, attribution/*   from the rollout metrics
+    eval/adversarial/<kind>/success_rate  per trap kind (look_alike, dead_link, conflict,
+                                          timeout — the last under injected search timeouts)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tracerl.envs import make
+from tracerl.envs import FaultInjector, make
 from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import rollout_metrics, run_groups
@@ -95,17 +97,13 @@ def evaluate(
     metrics: dict[str, float] = {}
     for split in splits:
         tasks = probe.sample_tasks(n, seed=seed, split=split)
-        groups = asyncio.run(
-            run_groups(
-                lambda: make("search", corpus=corpus, protocol=protocol),
-                tasks,
-                policy,
-                config,
-                group_size=1,
-                seed=seed,
+        episodes: list[Episode] = []
+        for kind, batch in _batches(tasks, split):
+            factory = _env_factory(corpus, protocol, timeouts=kind == "timeout", seed=seed)
+            groups = asyncio.run(
+                run_groups(factory, batch, policy, config, group_size=1, seed=seed)
             )
-        )
-        episodes = [g[0] for g in groups]
+            episodes += [g[0] for g in groups]
         rewards = []
         for e in episodes:
             r = compose(spec, RewardContext.from_trajectories(e.trajectories, probe.document))
@@ -114,9 +112,40 @@ def evaluate(
                 dataclasses.replace(t, reward=r.to_dict(), _cache={}) for t in e.trajectories
             )
         m = split_metrics(episodes, rewards, split)
+        if split == "adversarial":
+            m.update(_per_kind(episodes, rewards))
         _append_metrics(out_dir / "metrics.jsonl", {"step": 0, "split": split, **m})
         metrics.update(m)
     return metrics
+
+
+def _batches(tasks: list[dict[str, Any]], split: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Adversarial tasks run per kind (timeouts need a fault-injecting env); others at once."""
+    if split != "adversarial":
+        return [("", tasks)]
+    kinds = sorted({t["kind"] for t in tasks})
+    return [(k, [t for t in tasks if t["kind"] == k]) for k in kinds]
+
+
+def _env_factory(corpus: str, protocol: str, *, timeouts: bool, seed: int) -> Any:
+    def factory() -> Any:
+        env = make("search", corpus=corpus, protocol=protocol)
+        if timeouts:  # the search tool times out on half the steps; retries may recover
+            return FaultInjector(env, rate=0.5, kinds=["timeout"], seed=seed)
+        return env
+
+    return factory
+
+
+def _per_kind(episodes: list[Episode], rewards: list[RewardBreakdown]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind in sorted({e.receipt.task.get("kind", "") for e in episodes}):
+        idx = [i for i, e in enumerate(episodes) if e.receipt.task.get("kind") == kind]
+        em = [rewards[i].component("em") for i in idx]
+        out[f"eval/adversarial/{kind}/success_rate"] = sum(
+            c.value for c in em if not c.gated
+        ) / len(idx)
+    return out
 
 
 def _append_metrics(path: Path, row: dict[str, Any]) -> None:

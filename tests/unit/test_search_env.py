@@ -24,7 +24,7 @@ def _policy(tiny, env, tasks, protocol, *, guess=False):
     by_id = {t["id"]: t for t in tasks}
 
     def turn(request):
-        task = by_id[request.episode_id.split(":s")[0]]
+        task = by_id[request.episode_id.rsplit(":s", 1)[0]]
         if guess:
             return parser.format_answer("1900" if "year" in task["question"] else "Paris")
         texts = []
@@ -191,3 +191,30 @@ def test_verl_parquet_round_trip(tmp_path):
         "gold_docs": [],
         "split": "test",
     }
+
+
+def test_the_adversarial_split_is_labelled_and_the_oracle_survives_it(tiny):
+    """Every trap kind is present, in held-out topics; an oracle that searches the exact
+    subject still answers, and per-kind success is reported."""
+    from tracerl.evaluate import evaluate
+
+    cases = task_sets.split("synthetic", "adversarial")
+    assert {q["kind"] for q in cases} == {"look_alike", "dead_link", "conflict", "timeout"}
+    held = task_sets.heldout_topics("synthetic")
+    assert all(q["topic"] in held for q in cases)
+    env = make("search", corpus="synthetic")
+    look = env.corpus.by_id[f"adv:look:{cases[0]['gold_docs'][0]}"]
+    assert look.title != env.corpus.by_id[cases[0]["gold_docs"][0]].title  # one letter off
+    policy = _policy(tiny, env, list(cases), "tools")
+    metrics = evaluate(policy, splits=("adversarial",), n=len(cases), out_dir=tiny_tmp())
+    for kind in ("look_alike", "dead_link", "conflict"):
+        assert metrics[f"eval/adversarial/{kind}/success_rate"] == 1.0
+    # timeouts: retried away, or the episode is the environment's (never a wrong answer)
+    assert metrics["eval/adversarial/timeout/success_rate"] >= 0.5
+    assert metrics["eval/adversarial/attribution/episodes_environment"] <= 0.25
+
+
+def tiny_tmp():
+    import tempfile
+
+    return tempfile.mkdtemp()

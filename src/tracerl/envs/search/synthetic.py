@@ -31,6 +31,7 @@ class World:
     corpus: Corpus
     facts: dict[str, dict[str, Any]]  # entity id -> facts (kind, name, relations)
     topics: list[str] = field(default_factory=list)
+    adversarial: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _name(rng: random.Random, syllables: int) -> str:
@@ -103,7 +104,123 @@ def synthetic_world(
         Doc(id=i, title=f["name"], text=_article(i, facts), topic=f["topic"])
         for i, f in facts.items()
     ]
-    return World(Corpus(f"synthetic:{seed}", docs), facts, topics)
+    extra, adversarial = _adversarial(facts, topics[::4], rng)
+    world = World(Corpus(f"synthetic:{seed}", docs + extra), facts, topics)
+    world.adversarial = adversarial
+    return world
+
+
+ADVERSARIAL_KINDS = ("look_alike", "dead_link", "conflict", "timeout")
+
+
+def _adversarial(
+    facts: dict[str, dict[str, Any]], held_topics: list[str], rng: random.Random
+) -> tuple[list[Doc], list[dict[str, Any]]]:
+    """Traps in the held-out countries, each question labelled with its kind:
+
+    * ``look_alike`` — a document whose title differs from the subject's by one letter and
+      states a different birthplace;
+    * ``dead_link`` — an "archive note" pointing to a document id that does not exist;
+    * ``conflict`` — an unverified source contradicting the subject's own article (the
+      answer is the authoritative one);
+    * ``timeout`` — an ordinary question, asked while the search tool times out (the
+      evaluation wraps these in a `FaultInjector`).
+    """
+    docs, questions = [], []
+    for topic in held_topics:
+        people = [i for i, f in facts.items() if f["kind"] == "person" and f["topic"] == topic]
+        orgs = [i for i, f in facts.items() if f["kind"] == "org" and f["topic"] == topic]
+        cities = [i for i, f in facts.items() if f["kind"] == "city" and f["topic"] == topic]
+        for n, pid in enumerate(people[:2]):
+            p = facts[pid]
+            wrong = facts[rng.choice([c for c in cities if c != p["born_in"]])]["name"]
+            twin = p["name"][:-1] + ("a" if p["name"][-1] != "a" else "e")
+            docs.append(
+                Doc(
+                    f"adv:look:{pid}",
+                    twin,
+                    f"{twin} (born {p['born'] + 7}) is a figure "
+                    f"from {wrong}. {twin} was born in {wrong}.",
+                    topic,
+                )
+            )
+            questions.append(
+                _adv(
+                    f"{pid}:look_alike:{n}",
+                    "look_alike",
+                    f"In which city was {p['name']} born?",
+                    facts[p["born_in"]]["name"],
+                    [pid],
+                    topic,
+                )
+            )
+        for oid in orgs[:2]:
+            o = facts[oid]
+            docs.append(
+                Doc(
+                    f"adv:archive:{oid}",
+                    f"Archive note on {o['name']}",
+                    f"The founding records of {o['name']} were moved to document "
+                    f"adv:missing:{oid}.",
+                    topic,
+                )
+            )
+            questions.append(
+                _adv(
+                    f"{oid}:dead_link",
+                    "dead_link",
+                    f"Who founded {o['name']}?",
+                    facts[o["founder"]]["name"],
+                    [oid],
+                    topic,
+                )
+            )
+        for pid in people[2:4]:
+            p = facts[pid]
+            docs.append(
+                Doc(
+                    f"adv:rumour:{pid}",
+                    f"Rumours about {p['name']}",
+                    f"An unverified travel blog claims that {p['name']} was born in "
+                    f"{p['born'] - 11}.",
+                    topic,
+                )
+            )
+            questions.append(
+                _adv(
+                    f"{pid}:conflict",
+                    "conflict",
+                    f"In which year was {p['name']} born?",
+                    p["born"],
+                    [pid],
+                    topic,
+                )
+            )
+        for pid in people[4:6]:
+            p = facts[pid]
+            questions.append(
+                _adv(
+                    f"{pid}:timeout",
+                    "timeout",
+                    f"In which city was {p['name']} born?",
+                    facts[p["born_in"]]["name"],
+                    [pid],
+                    topic,
+                )
+            )
+    return docs, questions
+
+
+def _adv(qid: str, kind: str, question: str, answer: Any, gold: list[str], topic: str) -> dict:
+    return {
+        "id": f"adv:{qid}",
+        "kind": kind,
+        "question": question,
+        "answers": [str(answer)],
+        "gold_docs": gold,
+        "hops": 1,
+        "topic": topic,
+    }
 
 
 def _article(eid: str, facts: dict[str, dict[str, Any]]) -> str:

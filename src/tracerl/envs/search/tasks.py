@@ -1,7 +1,8 @@
 """Questions with gold answers and gold supporting documents, split by topic.
 
 ``train`` and ``heldout`` share no topic and no gold document: held-out evaluation measures
-search on subjects never trained on.
+search on subjects never trained on. ``adversarial`` (synthetic, held-out topics) holds traps
+labelled by kind: look-alike titles, dead links, conflicting sources, tool timeouts.
 
 * wiki — generated deterministically from the summaries:
   ``describe`` (a unique short description → the title), ``first_year`` (the first year
@@ -20,7 +21,7 @@ from typing import Any
 from tracerl.envs.search.corpus import Corpus, wiki_corpus
 from tracerl.envs.search.synthetic import synthetic_questions, synthetic_world
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "adversarial")
 WIKI_HELDOUT_TOPICS = frozenset({"Mathematics", "Philosophy and religion", "Everyday life"})
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
 
@@ -48,6 +49,10 @@ def split(corpus: str, name: str) -> tuple[dict[str, Any], ...]:
     """The questions of one split: every gold document's topic is on that side."""
     if name not in SPLITS:
         raise KeyError(f"unknown split {name!r}; valid: {', '.join(SPLITS)}")
+    if name == "adversarial":
+        if corpus != "synthetic":
+            raise KeyError("the adversarial split is built on the synthetic corpus")
+        return tuple({**q, "corpus": corpus, "split": name} for q in synthetic_world().adversarial)
     held = heldout_topics(corpus)
     docs = wiki_corpus() if corpus == "wiki" else synthetic_world().corpus
     out = []
