@@ -174,6 +174,43 @@ def eval_cmd(
     console.print(f"wrote {out}/metrics.jsonl and {out}/episodes/", markup=False)
 
 
+@app.command()
+def review(
+    run: Annotated[Path, typer.Argument(help="an evaluated run directory")],
+    decide: Annotated[int | None, typer.Option(help="sample id to decide")] = None,
+    correct: Annotated[
+        bool | None, typer.Option("--correct/--wrong", help="the verdict for --decide")
+    ] = None,
+    reviewer: Annotated[str, typer.Option(help="who decides")] = "",
+) -> None:
+    """List the samples no verifier could decide, or record a person's verdict on one."""
+    from tracerl.evaluate import reviewed_metrics
+    from tracerl.rewards.review import ReviewPool
+
+    path = run / "review.sqlite"
+    if not path.exists():
+        raise _fail(f"{run}: no review.sqlite (run `tracerl eval --out {run}` first)")
+    pool = ReviewPool(path)
+    if decide is not None:
+        if correct is None or not reviewer:
+            raise _fail("--decide needs --correct or --wrong, and --reviewer NAME")
+        try:
+            s = pool.decide(decide, correct, reviewer)
+        except KeyError as e:
+            raise _fail(str(e.args[0])) from None
+        console.print(
+            f"sample {s.id}: {'correct' if s.verdict else 'wrong'} by {s.reviewer}", markup=False
+        )
+    pending = pool.samples(pending_only=True)
+    for s in pending:
+        console.print(
+            f"[{s.id}] {s.question}\n    answer: {s.answer!r}   gold: {s.golds}", markup=False
+        )
+    console.print(f"{len(pending)} pending", markup=False)
+    for key, value in sorted(reviewed_metrics(run).items()):
+        console.print(f"{key:45s} {value:.3f}", markup=False)
+
+
 @app.command("serve-retriever")
 def serve_retriever(
     corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:<path>")] = "wiki",

@@ -11,6 +11,8 @@ split in ``metrics.jsonl``:
     eval/<split>/latency_p95_s        95th percentile of episode wall time
     eval/<split>/reward_mean          mean total reward over eligible episodes
     eval/<split>/stop/*, attribution/*   from the rollout metrics
+    eval/<split>/undecided_rate, review_pending, reviewed_success_rate   the review pool:
+        near misses wait in review.sqlite for a person; verdicts count once given
     eval/adversarial/<kind>/success_rate  per trap kind (look_alike, dead_link, conflict,
                                           timeout — the last under injected search timeouts)
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from tracerl.envs import FaultInjector, make
 from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
+from tracerl.rewards.review import ReviewPool
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
@@ -94,6 +97,7 @@ def evaluate(
     probe = make("search", corpus=corpus, protocol=protocol)
     out_dir = Path(out_dir)
     writer = EpisodeWriter(out_dir, step=0)
+    pool = ReviewPool(out_dir / "review.sqlite")
     metrics: dict[str, float] = {}
     for split in splits:
         tasks = probe.sample_tasks(n, seed=seed, split=split)
@@ -112,6 +116,7 @@ def evaluate(
                 dataclasses.replace(t, reward=r.to_dict(), _cache={}) for t in e.trajectories
             )
         m = split_metrics(episodes, rewards, split)
+        m.update(_review(pool, episodes, rewards, split))
         if split == "adversarial":
             m.update(_per_kind(episodes, rewards))
         _append_metrics(out_dir / "metrics.jsonl", {"step": 0, "split": split, **m})
@@ -146,6 +151,55 @@ def _per_kind(episodes: list[Episode], rewards: list[RewardBreakdown]) -> dict[s
             c.value for c in em if not c.gated
         ) / len(idx)
     return out
+
+
+def _review(
+    pool: ReviewPool, episodes: list[Episode], rewards: list[RewardBreakdown], split: str
+) -> dict[str, float]:
+    """Undecided answers go to the review pool; verdicts already given count as decided."""
+    success = undecided = pending = 0
+    for e, r in zip(episodes, rewards, strict=True):
+        em = r.component("em")
+        if r.error is not None or em.gated:
+            continue
+        if em.decided:
+            success += em.value >= 1.0
+            continue
+        undecided += 1
+        answer = str(em.evidence.get("answer", ""))
+        pool.add(episode_id=e.episode_id, task=e.receipt.task, answer=answer, evidence=em.evidence)
+        verdict = pool.verdict(e.receipt.task["id"], answer)
+        pending += verdict is None
+        success += bool(verdict)
+    n = max(1, len(episodes))
+    return {
+        f"eval/{split}/undecided_rate": undecided / n,
+        f"eval/{split}/review_pending": float(pending),
+        f"eval/{split}/reviewed_success_rate": success / n,
+    }
+
+
+def reviewed_metrics(run_dir: str | Path) -> dict[str, float]:
+    """Success per split of an evaluated run, counting the review pool's verdicts."""
+    from tracerl.rollout.persist import read_run_trajectories
+
+    pool = ReviewPool(Path(run_dir) / "review.sqlite")
+    seen: dict[str, dict[str, Any]] = {}
+    for _, t in read_run_trajectories(run_dir):
+        if t.reward and t.receipt:
+            seen[t.episode_id or ""] = {"task": t.receipt["task"], "reward": t.reward}
+    totals: dict[str, list[float]] = {}
+    for item in seen.values():
+        task, reward = item["task"], item["reward"]
+        em = next((c for c in reward["components"] if c["name"] == "em"), None)
+        ok = 0.0
+        if em and not em["gated"]:
+            if em["decided"]:
+                ok = float(em["value"] >= 1.0)
+            else:
+                ok = float(bool(pool.verdict(task["id"], str(em["evidence"].get("answer", "")))))
+        totals.setdefault(task.get("split", "unknown"), []).append(ok)
+    return {f"eval/{s}/reviewed_success_rate": sum(v) / len(v) for s, v in totals.items()}
 
 
 def _append_metrics(path: Path, row: dict[str, Any]) -> None:

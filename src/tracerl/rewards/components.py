@@ -18,8 +18,18 @@ def answered(ctx: RewardContext) -> Score:
 
 
 @component("exact_match")
-def em(ctx: RewardContext) -> Score:
-    return Score(exact_match(_text(ctx), ctx.task["answers"]), {"answer": _text(ctx)})
+def em(ctx: RewardContext, review_f1: float | None = 0.5) -> Score:
+    """Outcome: exact match. A near miss (no exact match, but token F1 of at least
+    `review_f1`, e.g. "Paris, France" for "Paris") is left undecided: a person decides it
+    in the review pool, the rule does not guess."""
+    text, golds = _text(ctx), ctx.task["answers"]
+    value = exact_match(text, golds)
+    evidence = {"answer": text, "golds": list(golds)}
+    if value == 0.0 and review_f1 is not None and text:
+        close = f1(text, golds)
+        if close >= review_f1:
+            return Score(0.0, {**evidence, "f1": close, "review": "near miss"}, decided=False)
+    return Score(value, evidence)
 
 
 @component("sub_exact_match")

@@ -1,0 +1,127 @@
+"""The review pool: samples no verifier could decide wait in ``review.sqlite`` for a person.
+
+Each sample keeps what the verifier saw (question, answer, gold answers, evidence). A
+person's verdict is recorded with who gave it and when; verdicts are keyed by task and
+normalised answer, so the same answer to the same question is never asked twice, and
+evaluation metrics count them (`reviewed_success`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracerl.rewards.qa import normalize
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT UNIQUE NOT NULL,
+    episode_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    question TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    golds TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    verdict INTEGER,
+    reviewer TEXT,
+    decided_at TEXT
+)
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    id: int
+    episode_id: str
+    task_id: str
+    question: str
+    answer: str
+    golds: list[str]
+    evidence: dict[str, Any]
+    verdict: bool | None
+    reviewer: str | None
+
+
+def _key(task_id: str, answer: str) -> str:
+    return f"{task_id}\x1f{normalize(answer)}"
+
+
+class ReviewPool:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def add(
+        self, *, episode_id: str, task: dict[str, Any], answer: str, evidence: dict[str, Any]
+    ) -> bool:
+        """Queue a sample; False if the same answer to the same task is already queued."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._db() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO samples (key, episode_id, task_id, question, answer, "
+                "golds, evidence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    _key(task["id"], answer),
+                    episode_id,
+                    task["id"],
+                    task.get("question", ""),
+                    answer,
+                    json.dumps(task.get("answers", [])),
+                    json.dumps(evidence, default=str),
+                    now,
+                ),
+            )
+            return cur.rowcount == 1
+
+    def samples(self, *, pending_only: bool = False) -> list[Sample]:
+        query = "SELECT id, episode_id, task_id, question, answer, golds, evidence, verdict, "
+        query += "reviewer FROM samples" + (" WHERE verdict IS NULL" if pending_only else "")
+        with self._db() as db:
+            rows = db.execute(query + " ORDER BY id").fetchall()
+        return [
+            Sample(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                json.loads(r[5]),
+                json.loads(r[6]),
+                None if r[7] is None else bool(r[7]),
+                r[8],
+            )
+            for r in rows
+        ]
+
+    def decide(self, sample_id: int, correct: bool, reviewer: str) -> Sample:
+        if not reviewer.strip():
+            raise ValueError("a verdict needs a reviewer name (who decided)")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._db() as db:
+            cur = db.execute(
+                "UPDATE samples SET verdict = ?, reviewer = ?, decided_at = ? WHERE id = ?",
+                (int(correct), reviewer, now, sample_id),
+            )
+        if cur.rowcount != 1:
+            ids = [s.id for s in self.samples()]
+            raise KeyError(f"no review sample {sample_id}; samples: {ids[:20]}")
+        return next(s for s in self.samples() if s.id == sample_id)
+
+    def verdict(self, task_id: str, answer: str) -> bool | None:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT verdict FROM samples WHERE key = ?", (_key(task_id, answer),)
+            ).fetchone()
+        return None if row is None or row[0] is None else bool(row[0])
