@@ -79,3 +79,19 @@ def test_a_retriever_outage_is_the_environments_fault(tiny):
         live = make("search", corpus="synthetic", retriever=server.url)
         ok = asyncio.run(run_episode(live, task, _oracle(tiny, live, task), cfg))
     assert ok.stop_reason.value == "answered" and ok.gradient_eligible
+
+
+def test_dense_retrieval_finds_documents_by_meaning(tmp_path):
+    """The optional dense index (MiniLM shipped in a package, faiss), cached by corpus hash."""
+    pytest.importorskip("faiss")
+    from tracerl.envs.search.dense import DenseIndex
+
+    corpus = load_corpus("synthetic")
+    index = DenseIndex(corpus, cache=tmp_path)
+    doc = next(d for d in corpus.docs if d.id.startswith("syn:org:"))
+    hits = index.search(f"the company {doc.title}", 3)
+    assert doc.id in [h.doc.id for h in hits]
+    assert index.origin == "built" and DenseIndex(corpus, cache=tmp_path).origin == "cache"
+    env = make("search", corpus="synthetic", retriever="dense")
+    result = asyncio.run(env.search({"query": doc.title}))
+    assert result.ok and doc.id in result.content

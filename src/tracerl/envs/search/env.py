@@ -50,6 +50,16 @@ def bm25(corpus: Corpus) -> BM25Index:
     return _INDEXES[key]
 
 
+def dense(corpus: Corpus) -> Any:
+    """The optional dense index (extra ``dense``), one per corpus per process."""
+    key = "dense:" + corpus.sha256
+    if key not in _INDEXES:
+        from tracerl.envs.search.dense import DenseIndex
+
+        _INDEXES[key] = DenseIndex(corpus)  # type: ignore[assignment]
+    return _INDEXES[key]
+
+
 class SearchEnv(ToolEnv):
     name = "search"
     version = "1.0"
@@ -126,12 +136,15 @@ class SearchEnv(ToolEnv):
     def _retriever(self) -> Any:
         if self.retriever_spec == "bm25":
             return bm25(self.corpus)
+        if self.retriever_spec == "dense":
+            return dense(self.corpus)
         if self.retriever_spec.startswith(("http://", "https://")):
             from tracerl.envs.search.server import RetrievalClient
 
             return RetrievalClient(self.retriever_spec, timeout_s=self.retriever_timeout_s)
         raise ValueError(
-            f"search env: retriever must be 'bm25' or an http(s) URL, got {self.retriever_spec!r}"
+            "search env: retriever must be 'bm25', 'dense' or an http(s) URL, got "
+            f"{self.retriever_spec!r}"
         )
 
     def _format(self, hits: list[Hit]) -> str:
