@@ -72,6 +72,15 @@ def split_metrics(
         "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
         "episodes": float(len(episodes)),
     }
+    for name in [c.name for c in rewards[0].components] if rewards else []:
+        values = [  # each reward component as its own metric, over the episodes it scored
+            c.value
+            for r in rewards
+            for c in r.components
+            if c.name == name and c.decided and not c.gated
+        ]
+        if values:
+            m[f"reward/{name}"] = sum(values) / len(values)
     m.update(
         {
             k: v

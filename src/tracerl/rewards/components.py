@@ -82,16 +82,26 @@ def search_cost(ctx: RewardContext, per_search: float = 0.02, tool: str = "searc
     return Score(-per_search * n, {"searches": n})
 
 
+@component("attribution_label")
+def attribution_label(ctx: RewardContext) -> Score:
+    """Attribution layer: no value, a label — whose outcome this is, and why it ended."""
+    return Score(0.0, {"attribution": ctx.attribution.value, "stop_reason": ctx.stop_reason})
+
+
 SEARCH_REWARD = """
 components:
+  - {name: attribution, fn: attribution_label, layer: attribution, weight: 0.0}
   - {name: format, fn: answered, layer: constraint, weight: 0.0, gate: 1.0}
+  - {name: no_forbidden, fn: no_forbidden, layer: constraint, weight: 0.0, gate: 1.0}
   - {name: em, fn: exact_match, layer: outcome, weight: 1.0, gate: 1.0}
+  - {name: sub_em, fn: sub_exact_match, layer: outcome, weight: 0.0}
   - {name: f1, fn: f1, layer: outcome, weight: 0.0}
   - {name: citations, fn: citations_valid, layer: process, weight: 0.3}
   - {name: valid_calls, fn: valid_calls, layer: process, weight: 0.1}
   - {name: search_cost, fn: search_cost, layer: cost, weight: 1.0, cap: 0.1,
      params: {per_search: 0.02}}
 """
-"""The default search reward: format and exact match gate everything else; citations and
-valid calls add a little; searching costs a little, capped at 0.1 (< the 1.0 for a correct
+"""The default search reward: format, no forbidden calls and exact match gate everything
+else (sub-EM and F1 are logged, never paid: they are easy to game); citations and valid calls
+add a little; searching costs a little, capped at 0.1 (< the 1.0 for a correct
 answer: saving cost can never beat finishing the task)."""
