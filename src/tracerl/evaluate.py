@@ -7,14 +7,16 @@ split in ``metrics.jsonl``:
 
     eval/<split>/success_rate         exact match of the final answer
     eval/<split>/searches_mean        search calls per episode
-    eval/<split>/invalid_citation_rate   citations whose chain fails, over all citations
+    eval/<split>/invalid_citation_rate   citations whose chain fails, over all citations of
+                                      all answers (right or wrong)
+    eval/<split>/evaluator_error_rate    episodes whose reward crashed (never scored 0)
     eval/<split>/latency_p95_s        95th percentile of episode wall time
     eval/<split>/reward_mean          mean total reward over eligible episodes
     eval/<split>/stop/*, attribution/*   from the rollout metrics
     eval/<split>/undecided_rate, review_pending, reviewed_success_rate   the review pool:
         near misses wait in review.sqlite for a person; verdicts count once given
     eval/adversarial/<kind>/success_rate  per trap kind (look_alike, dead_link, conflict,
-                                          timeout — the last under injected search timeouts)
+                                          timeout — the last with half of the tool steps timing out)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.envs import FaultInjector, make
-from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
+from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose, verify_citation
 from tracerl.rewards.review import ReviewPool
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import rollout_metrics, run_groups
@@ -46,14 +48,21 @@ def _p95(values: list[float]) -> float:
 
 
 def split_metrics(
-    episodes: list[Episode], rewards: list[RewardBreakdown], split: str
+    episodes: list[Episode],
+    rewards: list[RewardBreakdown],
+    split: str,
+    contexts: list[RewardContext],
 ) -> dict[str, float]:
-    em = [r.component("em").value if not r.component("em").gated else 0.0 for r in rewards]
+    em = [
+        c.value if c.decided and not c.gated else 0.0 for c in (r.component("em") for r in rewards)
+    ]
+    # every citation of every answer, wrong answers included (not only those the reward's
+    # gates let through): invalid citations matter most where the answer is wrong
     verdicts = [
-        v
-        for r in rewards
-        if not r.component("citations").gated
-        for v in r.component("citations").evidence.get("verdicts", [])
+        verify_citation(c, str(ctx.answer.get("text") or ""), ctx.lookup)
+        for ctx in contexts
+        if ctx.answer
+        for c in ctx.answer.get("citations") or []
     ]
     searches = [
         sum(1 for s in e.steps for c in s.get("calls", []) if c["action"]["tool"] == "search")
@@ -70,6 +79,7 @@ def split_metrics(
         "citations": float(len(verdicts)),
         "latency_p95_s": _p95([e.receipt.wall_time_s or 0.0 for e in episodes]),
         "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
+        "evaluator_error_rate": sum(r.error is not None for r in rewards) / n,
         "episodes": float(len(episodes)),
     }
     for name in [c.name for c in rewards[0].components] if rewards else []:
@@ -101,8 +111,9 @@ def evaluate(
     out_dir: str | Path = "runs/eval",
     seed: int = 0,
     config: RolloutConfig = EVAL_CONFIG,
+    reward_spec: RewardSpec | None = None,
 ) -> dict[str, float]:
-    spec = RewardSpec.from_yaml(SEARCH_REWARD)
+    spec = reward_spec or RewardSpec.from_yaml(SEARCH_REWARD)
     probe = make("search", corpus=corpus, protocol=protocol)
     out_dir = Path(out_dir)
     writer = EpisodeWriter(out_dir, step=0)
@@ -117,14 +128,16 @@ def evaluate(
                 run_groups(factory, batch, policy, config, group_size=1, seed=seed)
             )
             episodes += [g[0] for g in groups]
-        rewards = []
+        rewards, contexts = [], []
         for e in episodes:
-            r = compose(spec, RewardContext.from_trajectories(e.trajectories, probe.document))
+            ctx = RewardContext.from_trajectories(e.trajectories, probe.document)
+            r = compose(spec, ctx)
             rewards.append(r)
+            contexts.append(ctx)
             writer.append(
                 dataclasses.replace(t, reward=r.to_dict(), _cache={}) for t in e.trajectories
             )
-        m = split_metrics(episodes, rewards, split)
+        m = split_metrics(episodes, rewards, split, contexts)
         m.update(_review(pool, episodes, rewards, split))
         if split == "adversarial":
             m.update(_per_kind(episodes, rewards))
@@ -144,7 +157,7 @@ def _batches(tasks: list[dict[str, Any]], split: str) -> list[tuple[str, list[di
 def _env_factory(corpus: str, protocol: str, *, timeouts: bool, seed: int) -> Any:
     def factory() -> Any:
         env = make("search", corpus=corpus, protocol=protocol)
-        if timeouts:  # the search tool times out on half the steps; retries may recover
+        if timeouts:  # half of the tool steps time out; retries may recover
             return FaultInjector(env, rate=0.5, kinds=["timeout"], seed=seed)
         return env
 
@@ -177,7 +190,7 @@ def _review(
         undecided += 1
         answer = str(em.evidence.get("answer", ""))
         pool.add(episode_id=e.episode_id, task=e.receipt.task, answer=answer, evidence=em.evidence)
-        verdict = pool.verdict(e.receipt.task["id"], answer)
+        verdict = pool.verdict(e.receipt.task, answer)
         pending += verdict is None
         success += bool(verdict)
     n = max(1, len(episodes))
@@ -206,7 +219,7 @@ def reviewed_metrics(run_dir: str | Path) -> dict[str, float]:
             if em["decided"]:
                 ok = float(em["value"] >= 1.0)
             else:
-                ok = float(bool(pool.verdict(task["id"], str(em["evidence"].get("answer", "")))))
+                ok = float(bool(pool.verdict(task, str(em["evidence"].get("answer", "")))))
         totals.setdefault(task.get("split", "unknown"), []).append(ok)
     return {f"eval/{s}/reviewed_success_rate": sum(v) / len(v) for s, v in totals.items()}
 

@@ -27,3 +27,29 @@ def test_eval_writes_metrics_per_split_and_rewards_per_episode(tmp_path):
     assert all(t.reward and "components" in t.reward for t in trajs)
     bad = CliRunner().invoke(app, ["eval", "--model", "nope", "--out", str(out)])
     assert bad.exit_code == 2 and "unknown model spec" in bad.output
+
+
+def test_a_crashing_reward_is_counted_not_fatal(tiny, tmp_path):
+    from tracerl.envs import get_parser
+    from tracerl.evaluate import evaluate
+    from tracerl.rewards import SEARCH_REWARD, RewardSpec
+    from tracerl.rollout import ScriptedSampler
+    from tracerl.rollout.runner import Policy
+
+    spec = RewardSpec.from_yaml(
+        SEARCH_REWARD.replace("fn: citations_valid,", "fn: citations_valid, params: {x: 1},")
+    )
+    parser = get_parser("json_list")
+    answer = parser.format_calls([("answer", {"text": "x"})])
+    policy = Policy(
+        ScriptedSampler.from_texts(tiny.renderer, lambda r: answer), tiny.renderer, parser, "t"
+    )
+    m = evaluate(policy, n=2, out_dir=tmp_path / "e", reward_spec=spec)
+    # the answers are wrong, so the em gate closes before the broken component: no crash
+    assert m["eval/heldout/evaluator_error_rate"] == 0.0
+    spec_first = RewardSpec.from_yaml(
+        SEARCH_REWARD.replace("fn: answered,", "fn: answered, params: {x: 1},")
+    )
+    m = evaluate(policy, n=2, out_dir=tmp_path / "f", reward_spec=spec_first)
+    assert m["eval/heldout/evaluator_error_rate"] == 1.0
+    assert m["eval/heldout/success_rate"] == 0.0 and m["eval/heldout/reward_mean"] == 0.0

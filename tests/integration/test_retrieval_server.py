@@ -95,3 +95,43 @@ def test_dense_retrieval_finds_documents_by_meaning(tmp_path):
     env = make("search", corpus="synthetic", retriever="dense")
     result = asyncio.run(env.search({"query": doc.title}))
     assert result.ok and doc.id in result.content
+
+
+def test_every_way_the_retriever_can_fail_is_an_infra_error():
+    """A fake server that drops connections, cuts answers, and sends nonsense."""
+    import http.server
+    import threading
+
+    replies = {
+        "/drop/retrieve": None,
+        "/cut/retrieve": b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"res',
+        "/junk/retrieve": b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nnot json!",
+        "/shape/retrieve": b'HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{"result": 1}',
+        "/bad/retrieve": b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+        "/boom/retrieve": b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n",
+    }
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            reply = replies[self.path]
+            if reply is not None:
+                self.wfile.write(reply)
+            self.close_connection = True
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        kinds = {}
+        for route in ("drop", "cut", "junk", "shape", "bad", "boom"):
+            with pytest.raises(InfraError) as e:
+                RetrievalClient(f"{base}/{route}", timeout_s=2).search("x")
+            kinds[route] = (e.value.kind.value, e.value.retryable)
+    finally:
+        httpd.shutdown()
+    assert all(k == "server_error" for k, _ in kinds.values()), kinds
+    assert kinds["boom"][1] is True and kinds["bad"][1] is False

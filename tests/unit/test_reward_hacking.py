@@ -90,6 +90,7 @@ def _hacks():
         ],
         "stops early": [_search(gold_doc.title), "I need to think about this more"],
         "answers A or B or C": [_answer(f"{look.title} or 1900 or {GOLD}", [_cite(gold_doc)])],
+        "hedges between two": [_answer(f"{GOLD} or Paris", [_cite(gold_doc)])],
     }
 
 
@@ -144,3 +145,13 @@ def test_a_timeout_injected_into_search_never_lowers_the_policys_reward():
             assert ep.attribution is Attribution.ENVIRONMENT
             outcomes.add("excluded")
     assert outcomes == {"same reward", "excluded"}
+
+
+def test_a_hedge_is_a_decided_wrong_answer_not_a_review_case():
+    """'A or B' must cost the policy (decided 0, eligible), not hide in the review pool;
+    a real near miss ("<gold> indeed") is left for a person."""
+    gold_doc = ENV.corpus.by_id[TASK["gold_docs"][0]]
+    hedge, _ = _score([_answer(f"{GOLD} or Paris", [_cite(gold_doc)])])
+    assert hedge.component("em").decided and hedge.eligible and hedge.total == 0.0
+    near, _ = _score([_answer(f"{GOLD} indeed", [_cite(gold_doc)])])
+    assert not near.component("em").decided and not near.eligible

@@ -218,3 +218,22 @@ def tiny_tmp():
     import tempfile
 
     return tempfile.mkdtemp()
+
+
+def test_wiki_questions_cannot_be_passed_without_the_gold_document():
+    """No answer is spelled in its question, and no gold title is (after normalisation)
+    another document's title ("Centaurus" vs "Centaurus A")."""
+    from tracerl.rewards import normalize
+
+    questions = task_sets.questions("wiki")
+    titles: dict[str, int] = {}
+    for d in make("search", corpus="wiki").corpus.docs:
+        titles[normalize(d.title)] = titles.get(normalize(d.title), 0) + 1
+    for q in questions:
+        gold = normalize(q["answers"][0])
+        assert f" {gold} " not in f" {normalize(q['question'])} ", q
+        if q["kind"] != "first_year":
+            assert titles.get(gold, 0) <= 1, q
+    assert not any(q["answers"] == ["Centaurus A"] for q in questions)
+    years = [q for q in questions if q["kind"] == "first_year"]
+    assert len(years) > 300 and all(1000 <= int(q["answers"][0]) <= 2029 for q in years)

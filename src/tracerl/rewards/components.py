@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracerl.rewards.compose import RewardContext, Score, component
-from tracerl.rewards.qa import exact_match, f1, sub_exact_match, verify_citation
+from tracerl.rewards.qa import exact_match, f1, normalize, sub_exact_match, verify_citation
 
 
 def _text(ctx: RewardContext) -> str:
@@ -25,11 +25,27 @@ def em(ctx: RewardContext, review_f1: float | None = 0.5) -> Score:
     text, golds = _text(ctx), ctx.task["answers"]
     value = exact_match(text, golds)
     evidence = {"answer": text, "golds": list(golds)}
-    if value == 0.0 and review_f1 is not None and text:
-        close = f1(text, golds)
-        if close >= review_f1:
-            return Score(0.0, {**evidence, "f1": close, "review": "near miss"}, decided=False)
+    if value == 0.0 and review_f1 is not None and text and not _hedged(text):
+        close, precision = f1(text, golds), _precision(text, golds)
+        if close >= review_f1 and precision >= 0.5:
+            evidence.update(f1=close, precision=precision, review="near miss")
+            return Score(0.0, evidence, decided=False)
     return Score(value, evidence)
+
+
+def _hedged(text: str) -> bool:
+    """'A or B', 'A and/or B', 'A / B': a hedge is a wrong answer, not a near miss."""
+    words = normalize(text).split()
+    return "or" in words or "/" in text or "andor" in words
+
+
+def _precision(text: str, golds: list[str]) -> float:
+    p = normalize(text).split()
+    return (
+        max((sum(1 for w in p if w in normalize(g).split()) / len(p) for g in golds), default=0.0)
+        if p
+        else 0.0
+    )
 
 
 @component("sub_exact_match")

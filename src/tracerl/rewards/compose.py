@@ -139,7 +139,15 @@ def compose(spec: RewardSpec, ctx: RewardContext) -> RewardBreakdown:
             score = COMPONENTS[c.fn](ctx, **c.params)
         except Exception as e:  # the evaluator's fault, never the policy's
             error = f"{c.name}: {type(e).__name__}: {e}"
-            return RewardBreakdown(tuple(out), 0.0, Attribution.EVALUATOR, False, error)
+            failed = RewardComponent(
+                c.name, c.layer, 0.0, c.weight, 0.0, {"error": error}, decided=False
+            )
+            rest = [
+                RewardComponent(x.name, x.layer, 0.0, x.weight, 0.0, gated=True)
+                for x in spec.components[len(out) + 1 :]
+            ]
+            # every component stays listed, so readers of the breakdown never miss a name
+            return RewardBreakdown((*out, failed, *rest), 0.0, Attribution.EVALUATOR, False, error)
         contribution = score.value * c.weight if score.decided else 0.0
         if c.cap is not None:
             contribution = max(-c.cap, min(c.cap, contribution))

@@ -8,6 +8,7 @@ evaluation metrics count them (`reviewed_success`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -49,8 +50,11 @@ class Sample:
     reviewer: str | None
 
 
-def _key(task_id: str, answer: str) -> str:
-    return f"{task_id}\x1f{normalize(answer)}"
+def _key(task: dict[str, Any], answer: str) -> str:
+    """Task id, question and golds (ids alone can repeat across imported datasets), and the
+    normalised answer."""
+    what = json.dumps([task.get("id"), task.get("question"), task.get("answers")])
+    return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}\x1f{normalize(answer)}"
 
 
 class ReviewPool:
@@ -73,7 +77,7 @@ class ReviewPool:
                 "INSERT OR IGNORE INTO samples (key, episode_id, task_id, question, answer, "
                 "golds, evidence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    _key(task["id"], answer),
+                    _key(task, answer),
                     episode_id,
                     task["id"],
                     task.get("question", ""),
@@ -119,9 +123,9 @@ class ReviewPool:
             raise KeyError(f"no review sample {sample_id}; samples: {ids[:20]}")
         return next(s for s in self.samples() if s.id == sample_id)
 
-    def verdict(self, task_id: str, answer: str) -> bool | None:
+    def verdict(self, task: dict[str, Any], answer: str) -> bool | None:
         with self._db() as db:
             row = db.execute(
-                "SELECT verdict FROM samples WHERE key = ?", (_key(task_id, answer),)
+                "SELECT verdict FROM samples WHERE key = ?", (_key(task, answer),)
             ).fetchone()
         return None if row is None or row[0] is None else bool(row[0])

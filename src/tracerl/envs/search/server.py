@@ -7,13 +7,14 @@ returns ``{"result": [[hit, ...], ...]}``, one list per query, where a hit is
 
 The server is the standard library's threading HTTP server around a `BM25Index` (start it
 with `tracerl serve-retriever`, or `RetrievalServer(...)` in a test). The client turns every
-way the service can fail — timeout, refused connection, 5xx, a malformed answer — into an
-`InfraError`, so a retriever outage is the environment's fault (retried, then attributed to
-the environment), never the policy's.
+way the service can fail — timeout, refused or dropped connection, an HTTP error, a malformed
+answer — into an `InfraError`, so a retriever outage is the environment's fault (retried,
+then attributed to the environment), never the policy's.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import urllib.error
@@ -43,7 +44,10 @@ def _handler(index: BM25Index) -> type[BaseHTTPRequestHandler]:
                     raise ValueError(f"topk must be in 1..{MAX_TOPK}")
             except (ValueError, KeyError, TypeError) as e:
                 return self._send(400, {"error": f"bad request: {e}"})
-            hits = index.search_many(queries, topk)
+            try:
+                hits = index.search_many(queries, topk)
+            except Exception as e:  # answer 500 rather than drop the connection
+                return self._send(500, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
             with_scores = bool(body.get("return_scores", False))
             result = [
                 [
@@ -109,9 +113,10 @@ class RetrievalClient:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as e:
-            kind = FaultKind.SERVER_ERROR if e.code >= 500 else FaultKind.UNKNOWN
+            # 5xx: the service failed (retry); 4xx: it refused our request — a configuration
+            # problem on the environment's side, not the policy's (no point retrying)
             raise InfraError(
-                f"retriever answered {e.code}", kind, retryable=e.code >= 500
+                f"retriever answered {e.code}", FaultKind.SERVER_ERROR, retryable=e.code >= 500
             ) from None
         except TimeoutError:
             raise InfraError(
@@ -123,13 +128,18 @@ class RetrievalClient:
             raise InfraError(
                 f"retriever unreachable: {e.reason}", FaultKind.CONNECTION_REFUSED
             ) from None
-        except json.JSONDecodeError:
+        except (http.client.HTTPException, ConnectionError, OSError) as e:
+            # the connection dropped mid-answer (RemoteDisconnected, IncompleteRead, reset)
+            raise InfraError(
+                f"retriever connection failed: {type(e).__name__}", FaultKind.SERVER_ERROR
+            ) from None
+        except ValueError:  # JSONDecodeError included
             raise InfraError("retriever sent malformed JSON", FaultKind.SERVER_ERROR) from None
         try:
             return [Hit(_parse(h["document"]), float(h["score"])) for h in body["result"][0]]
-        except (KeyError, IndexError, TypeError) as e:
+        except (KeyError, IndexError, TypeError, ValueError) as e:
             raise InfraError(
-                f"retriever answer has no result: {e}", FaultKind.SERVER_ERROR
+                f"retriever answer is malformed: {type(e).__name__}", FaultKind.SERVER_ERROR
             ) from None
 
 

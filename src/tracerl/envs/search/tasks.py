@@ -23,7 +23,11 @@ from tracerl.envs.search.synthetic import synthetic_questions, synthetic_world
 
 SPLITS = ("train", "heldout", "adversarial")
 WIKI_HELDOUT_TOPICS = frozenset({"Mathematics", "Philosophy and religion", "Everyday life"})
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
+# A year, not a count ("about 1000 species"): preceded by a word that introduces a date.
+_YEAR = re.compile(
+    r"(?:\bin|\bsince|\bfrom|\bby|\buntil|\bc\.|\bborn|\bdied|\(|\bof)\s+"
+    r"(?:\w+\s+){0,2}?(1[0-9]{3}|20[0-2][0-9])\b"
+)
 
 
 def heldout_topics(corpus: str) -> frozenset[str]:
@@ -98,12 +102,50 @@ def _wiki_questions(corpus: Corpus) -> list[dict[str, Any]]:
                     "id": f"{d.id}:first_year",
                     "kind": "first_year",
                     "answers": [year.group(1)],
-                    "question": f"Which year does the first sentence of the summary of "
-                    f"{d.title} mention first?",
+                    "question": f"Which year is the first date given in the first sentence "
+                    f"of the summary of {d.title}?",
                 }
             )
     out += _bridges(corpus, unique_desc)
-    return out
+    return [q for q in out if _fair(q, corpus)]
+
+
+def _title_clashes(corpus: Corpus) -> set[str]:
+    """Normalised titles shared by several documents ("Centaurus" / "Centaurus A" under
+    SQuAD normalisation): an exact match on them could be the wrong subject."""
+    from tracerl.rewards.qa import normalize
+
+    seen: dict[str, int] = {}
+    for d in corpus.docs:
+        seen[normalize(d.title)] = seen.get(normalize(d.title), 0) + 1
+    clashes = {t for t, n in seen.items() if n > 1}
+    # also titles that normalise like another title with its articles or brackets dropped
+    plain = {normalize(d.title): d.title for d in corpus.docs}
+    for d in corpus.docs:
+        base = normalize(d.title.split(" (")[0])
+        if base != normalize(d.title) and base in plain:
+            clashes |= {base, normalize(d.title)}
+    return clashes
+
+
+def _fair(q: dict[str, Any], corpus: Corpus) -> bool:
+    """Drop questions a model could pass without the gold document: the answer is spelled
+    in the question, or it is (after normalisation) also another document's title."""
+    from tracerl.rewards.qa import normalize
+
+    gold = normalize(q["answers"][0])
+    if not gold or f" {gold} " in f" {normalize(q['question'])} ":
+        return False
+    return q["kind"] == "first_year" or gold not in _clashes(corpus)
+
+
+_CLASH_CACHE: dict[str, set[str]] = {}
+
+
+def _clashes(corpus: Corpus) -> set[str]:
+    if corpus.name not in _CLASH_CACHE:
+        _CLASH_CACHE[corpus.name] = _title_clashes(corpus)
+    return _CLASH_CACHE[corpus.name]
 
 
 def _bridges(corpus: Corpus, unique_desc: set[str]) -> list[dict[str, Any]]:
