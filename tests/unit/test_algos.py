@@ -1,0 +1,115 @@
+"""The math, against numbers worked out by hand (in the comments)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tracerl.algos import ADVANTAGES, ClipConfig, PolicyLossInput, aggregate, kl, ppo_clip
+from tracerl.algos.advantages import get
+
+# Group 0: rewards 1, 0, 0, 1 with the third ineligible (an outage); group 1: 0.5, 0.5.
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5])
+GROUPS = torch.tensor([0, 0, 0, 0, 1, 1])
+ELIGIBLE = torch.tensor([True, True, False, True, True, True])
+S3 = math.sqrt(1 / 3)  # unbiased std of (1, 0, 1): sqrt((1/9 + 4/9 + 1/9) / 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # (r - 2/3) / std; the ineligible member and the zero-variance group get 0
+        ("grpo", [(1 / 3) / S3, (-2 / 3) / S3, 0, (1 / 3) / S3, 0, 0]),
+        ("dr_grpo", [1 / 3, -2 / 3, 0, 1 / 3, 0, 0]),
+        # leave-one-out: 1 - mean(0, 1) = 0.5; 0 - mean(1, 1) = -1
+        ("rloo", [0.5, -1.0, 0, 0.5, 0, 0]),
+        # group-centred (1/3, -2/3, 1/3, 0, 0) whitened over the batch: std sqrt(1/6)
+        (
+            "reinforce_pp_baseline",
+            [
+                (1 / 3) / math.sqrt(1 / 6),
+                (-2 / 3) / math.sqrt(1 / 6),
+                0,
+                (1 / 3) / math.sqrt(1 / 6),
+                0,
+                0,
+            ],
+        ),
+    ],
+)
+def test_advantages_by_hand(name, expected):
+    out = get(name)(REWARDS, GROUPS, ELIGIBLE)
+    assert torch.allclose(out, torch.tensor(expected), atol=1e-5), (name, out)
+    assert torch.isfinite(out).all()
+
+
+def test_a_group_with_one_eligible_member_has_no_baseline():
+    for name, fn in ADVANTAGES.items():
+        out = fn(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.tensor([True, False]))
+        assert torch.equal(out, torch.zeros(2)), name
+    with pytest.raises(KeyError, match="grpo"):
+        get("ppo")
+
+
+LOGP = torch.log(torch.tensor([[1.5, 0.5, 1.0]]))  # with old = 0: ratios 1.5, 0.5, 1.0
+OLD = torch.zeros(1, 3)
+MASK = torch.tensor([[1, 1, 0]])
+
+
+def _loss(adv, **cfg):
+    logp = LOGP.clone().requires_grad_(True)
+    inp = PolicyLossInput(logp, OLD, torch.tensor([adv]), MASK, cfg.pop("behavior", None))
+    loss, metrics = ppo_clip(inp, ClipConfig(**cfg))
+    return loss, metrics, logp
+
+
+def test_ppo_clip_by_hand():
+    # A=+1: token 0: max(-1.5, -1.2) = -1.2 (clipped); token 1: max(-0.5, -0.8) = -0.5
+    loss, m, logp = _loss(1.0)
+    assert loss.item() == pytest.approx((-1.2 - 0.5) / 2)
+    assert m["clip_frac"] == pytest.approx(0.5)
+    loss.backward()
+    # clipped token: no gradient; token 1: d(-r/2)/dlogp = -r/2 = -0.25; masked token: 0
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.25, 0.0]]))
+    # A=-1: token 0: max(1.5, 1.2) = 1.5; token 1: max(0.5, 0.8) = 0.8
+    assert _loss(-1.0)[0].item() == pytest.approx((1.5 + 0.8) / 2)
+
+
+def test_clip_higher_dual_clip_and_truncated_importance_sampling():
+    # clip_high 0.6: ratio 1.5 is inside [0.8, 1.6]: -1.5; token 1 still -0.5
+    assert _loss(1.0, clip_high=0.6)[0].item() == pytest.approx((-1.5 - 0.5) / 2)
+    # dual clip 1.4 with A=-1 caps token 0's 1.5 at 1.4
+    loss, m, _ = _loss(-1.0, dual_clip=1.4)
+    assert loss.item() == pytest.approx((1.4 + 0.8) / 2) and m["dual_clip_frac"] == 0.5
+    # behaviour log-probs giving exp(old - behaviour) = 2, 0.5, 1, capped at 1.5
+    behavior = -torch.log(torch.tensor([[2.0, 0.5, 1.0]]))
+    loss, m, _ = _loss(1.0, tis_cap=1.5, behavior=behavior)
+    assert loss.item() == pytest.approx((-1.2 * 1.5 - 0.5 * 0.5) / 2)
+    with pytest.raises(ValueError, match="dual_clip"):
+        _loss(-1.0, dual_clip=0.5)
+
+
+def test_aggregations_by_hand():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [9.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # the last row has no policy token
+    assert aggregate(loss, mask, "token-mean").item() == pytest.approx(7 / 3)
+    assert aggregate(loss, mask, "seq-mean-token-sum").item() == pytest.approx((3 + 4) / 2)
+    assert aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4) / 2)
+    assert aggregate(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 3)
+    assert aggregate(loss, mask, "seq-mean-token-sum-norm", norm_tokens=7).item() == 1.0
+    with pytest.raises(KeyError, match="token-mean"):
+        aggregate(loss, mask, "mean")
+
+
+def test_kl_estimators_by_hand():
+    logp, ref = torch.log(torch.tensor([0.5])), torch.log(torch.tensor([0.25]))
+    # d = ref - logp = ln 0.5
+    assert kl("k1", logp, ref).item() == pytest.approx(math.log(2))
+    assert kl("k2", logp, ref).item() == pytest.approx(0.5 * math.log(2) ** 2)
+    assert kl("k3", logp, ref).item() == pytest.approx(0.5 - 1 + math.log(2))
+    same = kl("k3", logp, logp)
+    assert same.item() == 0.0 and kl("k2", logp, logp).item() == 0.0
+    with pytest.raises(KeyError, match="k3"):
+        kl("k4", logp, ref)
