@@ -95,10 +95,13 @@ class HFSampler:
         self.policy_version = policy_version
         self.generator = torch.Generator().manual_seed(seed)
         self._cache_kw = _cache_keyword(model)
-        self._lock = asyncio.Lock()
+        self._locks: dict[int, asyncio.Lock] = {}  # one per event loop (asyncio.run makes new)
 
     async def sample(self, request: SampleRequest) -> SampleResult:
-        async with self._lock:  # one sequence at a time: the model is not re-entrant
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._locks:
+            self._locks = {loop: asyncio.Lock()}  # an old loop's lock is never used again
+        async with self._locks[loop]:  # one sequence at a time: the model is not re-entrant
             return await asyncio.to_thread(
                 self.generate,
                 request.prompt_ids,

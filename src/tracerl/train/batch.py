@@ -1,0 +1,87 @@
+"""Trajectories to tensors, without padding waste.
+
+A training row is one trajectory: its token ids, its loss mask (straight from provenance —
+1 exactly on policy tokens), the sampler's log-probs (0 where not sampled) and its episode's
+advantage. Rows are bucketed by length: sorted, then cut into micro-batches whose padded size
+(rows x longest row) stays under a token budget, so a 2,000-token episode does not pad thirty
+60-token ones to its length. `padded_batch` is the plain version the equivalence test compares
+against.
+
+Log-probs of next tokens are aligned the usual way: position t's log-prob is of token t given
+tokens < t, so a row's first token has none (its mask bit is 0: prompts never carry loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tracerl.types import Trajectory
+
+
+@dataclass
+class Batch:
+    input_ids_B_T: torch.Tensor
+    attention_mask_B_T: torch.Tensor
+    loss_mask_B_T: torch.Tensor  # 1 on policy tokens
+    old_logprobs_B_T: torch.Tensor  # the sampler's log-probs on policy tokens, else 0
+    advantages_B: torch.Tensor
+    rows: list[int]  # which input trajectories, in this order
+
+    @property
+    def tokens(self) -> int:
+        return int(self.attention_mask_B_T.sum())
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.input_ids_B_T.numel()
+
+
+def padded_batch(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[float],
+    rows: Sequence[int] | None = None,
+    pad_id: int = 0,
+) -> Batch:
+    """Right-padded tensors for the given rows (all of them by default)."""
+    rows = list(range(len(trajectories))) if rows is None else list(rows)
+    width = max(len(trajectories[i]) for i in rows)
+    shape = (len(rows), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    attn = torch.zeros(shape, dtype=torch.long)
+    mask = torch.zeros(shape, dtype=torch.float32)
+    old = torch.zeros(shape, dtype=torch.float32)
+    for b, i in enumerate(rows):
+        t = trajectories[i]
+        n = len(t)
+        ids[b, :n] = torch.tensor(t.token_ids)
+        attn[b, :n] = 1
+        mask[b, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        old[b, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+    if mask[:, 0].any():
+        raise ValueError("a trajectory starts with a policy token; it needs a prompt before it")
+    adv = torch.tensor([float(advantages[i]) for i in rows], dtype=torch.float32)
+    return Batch(ids, attn, mask, old, adv, rows)
+
+
+def bucketed_batches(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[float],
+    max_tokens: int = 4096,
+    pad_id: int = 0,
+) -> list[Batch]:
+    """Micro-batches of similar-length rows, each at most `max_tokens` padded tokens (a row
+    longer than the budget gets a batch of its own)."""
+    order = sorted(range(len(trajectories)), key=lambda i: len(trajectories[i]))
+    batches, current = [], []
+    for i in order:
+        width = len(trajectories[i])  # the longest so far: rows are sorted
+        if current and width * (len(current) + 1) > max_tokens:
+            batches.append(padded_batch(trajectories, advantages, current, pad_id))
+            current = []
+        current.append(i)
+    if current:
+        batches.append(padded_batch(trajectories, advantages, current, pad_id))
+    return batches

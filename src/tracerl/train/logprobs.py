@@ -1,0 +1,58 @@
+"""Per-token log-probs of a causal LM without a ``[batch, tokens, vocab]`` log-softmax.
+
+SmolLM2's vocabulary has 49,152 entries: for 8 x 512 tokens the full fp32 log-softmax alone
+is 800 MB (and its gradient as much again). Instead the model's final hidden states are
+computed once, and the LM head, log-softmax and gather run over chunks of tokens; autograd
+keeps only one chunk's logits alive at a time (each chunk is checkpointed).
+
+The log-prob at position t is of token t given tokens < t (position 0 gets 0), at the given
+temperature — the sampler's, so learner and sampler log-probs are comparable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+def _head_logprobs(
+    hidden_N_H: torch.Tensor, targets_N: torch.Tensor, head: Any, temperature: float
+) -> torch.Tensor:
+    logits_N_V = head(hidden_N_H).float() / temperature
+    return torch.log_softmax(logits_N_V, dim=-1).gather(-1, targets_N[:, None])[:, 0]
+
+
+def token_logprobs(
+    model: Any,
+    input_ids_B_T: torch.Tensor,
+    attention_mask_B_T: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_tokens: int = 1024,
+) -> torch.Tensor:
+    """``logprobs_B_T``: log p(token_t | tokens_<t), 0 at t = 0 and on padding."""
+    body, head = model.get_decoder(), model.get_output_embeddings()
+    hidden_B_T_H = body(input_ids=input_ids_B_T, attention_mask=attention_mask_B_T)[0]
+    b, t, h = hidden_B_T_H.shape
+    hidden_N_H = hidden_B_T_H[:, :-1].reshape(-1, h)  # predicts positions 1..T-1
+    targets_N = input_ids_B_T[:, 1:].reshape(-1)
+    pieces = []
+    for start in range(0, hidden_N_H.shape[0], chunk_tokens):
+        sl = slice(start, start + chunk_tokens)
+        if torch.is_grad_enabled():
+            piece = checkpoint(
+                _head_logprobs,
+                hidden_N_H[sl],
+                targets_N[sl],
+                head,
+                temperature,
+                use_reentrant=False,
+            )
+        else:
+            piece = _head_logprobs(hidden_N_H[sl], targets_N[sl], head, temperature)
+        pieces.append(piece)
+    out = torch.cat(pieces).reshape(b, t - 1)
+    out = torch.cat([torch.zeros(b, 1, dtype=out.dtype), out], dim=1)
+    return out * attention_mask_B_T.to(out.dtype)
