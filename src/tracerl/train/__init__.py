@@ -1,4 +1,7 @@
-"""Training: batches from trajectories, memory-lean log-probs (the loop comes next)."""
+"""Training: batches from trajectories, memory-lean log-probs, the learner, a GRPO step.
+
+(`tracerl train`, checkpoints, SFT and the learning demo come next.)
+"""
 
 from tracerl.train.batch import Batch, bucketed_batches, padded_batch
 from tracerl.train.logprobs import token_logprobs

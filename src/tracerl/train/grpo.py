@@ -1,0 +1,76 @@
+"""Synchronous GRPO, one step at a time; reads top to bottom:
+
+    sample G episodes per task through the rollout engine
+    -> score each episode (a reward function of the episode)
+    -> eligibility: environment-, evaluator- or unknown-attributed episodes are left out
+    -> advantages per group (a registered estimator; eligible members only)
+    -> one learner update on every sample of every eligible episode
+    -> bump the sampler's policy version (the weights are shared in-process)
+
+What it simplifies (for now): no checkpoints, no held-out evaluation inside the step, no
+KL term; those come with `tracerl train`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tracerl.algos.advantages import get as get_advantage
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.groups import EnvSource, rollout_metrics, run_groups
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.learner import Learner
+
+RewardFn = Callable[[Episode], float]
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 8
+    advantage: str = "grpo"
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    max_concurrent_episodes: int = 32
+
+
+def grpo_step(
+    env: EnvSource,
+    tasks: Sequence[dict[str, Any]],
+    policy: Policy,
+    learner: Learner,
+    reward_fn: RewardFn,
+    cfg: GRPOConfig,
+    *,
+    step: int,
+) -> tuple[dict[str, float], list[Episode]]:
+    groups = asyncio.run(
+        run_groups(
+            env,
+            tasks,
+            policy,
+            cfg.rollout,
+            group_size=cfg.group_size,
+            seed=step,
+            max_concurrent_episodes=cfg.max_concurrent_episodes,
+        )
+    )
+    episodes = [e for g in groups for e in g]
+    rewards_B = torch.tensor([reward_fn(e) for e in episodes], dtype=torch.float32)
+    group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
+    eligible_B = torch.tensor([e.gradient_eligible for e in episodes])
+    advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
+    rows, advs = [], []
+    for e, a, ok in zip(episodes, advantages_B.tolist(), eligible_B.tolist(), strict=True):
+        if ok:
+            rows += e.trajectories
+            advs += [a] * len(e.trajectories)
+    metrics = learner.update(rows, advs) if rows else {}
+    policy.sampler.policy_version += 1
+    metrics.update(rollout_metrics(episodes))
+    metrics["train/reward_mean"] = float(rewards_B.mean())
+    metrics["train/policy_version"] = float(policy.sampler.policy_version)
+    return metrics, episodes
