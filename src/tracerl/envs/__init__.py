@@ -1,5 +1,6 @@
 """Environments: the async contract, tools, action parsers, faults, `check_env`, built-ins."""
 
+from tracerl.envs.arithmetic import Arithmetic
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult, ToolEnv
 from tracerl.envs.check import CheckReport, EnvCheckError, check_env
 from tracerl.envs.faults import FaultInjector
@@ -16,11 +17,13 @@ def _search_env(**kwargs):  # imported on use: the search env pulls in bm25s
 
 
 register("refund_desk", RefundDesk)
+register("arithmetic", Arithmetic)
 register("search", _search_env)
 
 __all__ = [
     "PARSERS",
     "Action",
+    "Arithmetic",
     "CallOutcome",
     "CheckReport",
     "Env",

@@ -240,6 +240,70 @@ def load_tiny_random(seed: int = 0) -> PolicyBundle:
     )
 
 
+CHARS = (
+    " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:?!+-*/=%'\"()[]{}<>_#@&|\n"
+)
+CHAR_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def char_tokenizer() -> Any:
+    """A character-level tokenizer (one token per character, ChatML control tokens, and an
+    unknown token for anything else), built in memory: nothing to download."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+    vocab = {t: i for i, t in enumerate([*specials, *CHARS])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="[UNK]",
+    )
+    tok.chat_template = CHAR_TEMPLATE
+    return tok
+
+
+def load_tiny_chars(seed: int = 0) -> PolicyBundle:
+    """A tiny Llama over a character vocabulary (~95 tokens): small enough that RL can move
+    it in seconds on a CPU — the model of the learning test."""
+    import_s = _import_libraries()
+    t0 = time.perf_counter()
+    tok = char_tokenizer()
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **TINY_RANDOM_CONFIG,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.to(torch.float32).eval()
+    return PolicyBundle(
+        model=model,
+        tokenizer=tok,
+        renderer=ChatRenderer(tok),
+        model_id=f"tiny-chars-llama@seed{seed}",
+        spec="tiny-chars",
+        origin="random",
+        load_seconds=time.perf_counter() - t0,
+        info={"import_s": import_s},
+    )
+
+
 def load_hf_folder(path: str) -> PolicyBundle:
     import_s = _import_libraries()
     t0 = time.perf_counter()
@@ -268,6 +332,7 @@ def load_hf_folder(path: str) -> PolicyBundle:
 MODEL_SPECS: dict[str, Callable[[], PolicyBundle]] = {
     "smollm2-135m-instruct": load_smollm2,
     "tiny-random": load_tiny_random,
+    "tiny-chars": load_tiny_chars,
 }
 
 
