@@ -141,6 +141,33 @@ def replay(
     )
 
 
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Argument(help="a YAML config (configs/*.yaml)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides: trainer.lr=1e-5 ...")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="continue the run from its newest checkpoint")
+    ] = False,
+) -> None:
+    """Train with synchronous GRPO; write the run directory (episodes, metrics, checkpoints)."""
+    from tracerl.config import ConfigError, load_config
+    from tracerl.train.loop import RunExistsError
+    from tracerl.train.loop import train as run_training
+
+    if config is not None and "=" in config.name:  # only overrides were given
+        overrides, config = [str(config), *(overrides or [])], None
+    try:
+        cfg = load_config(config, overrides or [])
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    try:
+        run_training(cfg, resume=resume, log=lambda line: console.print(line, markup=False))
+    except RunExistsError as e:
+        raise _fail(str(e)) from None
+
+
 @app.command("eval")
 def eval_cmd(
     model: Annotated[str, typer.Option(help="model spec")] = "smollm2-135m-instruct",

@@ -100,3 +100,18 @@ def result_record(result: StepResult) -> dict[str, Any]:
         "calls": [c.to_record() for c in result.calls],
         "evidence_gain": result.evidence_gain,
     }
+
+
+def episode_from_trajectories(trajectories: list[Trajectory]) -> Episode:
+    """An episode read back from the run directory (all its samples, in order)."""
+    trajectories = sorted(trajectories, key=lambda t: t.sample_index)
+    receipt = Receipt.from_dict(trajectories[0].receipt)
+    steps = [dict(s) for t in trajectories for s in t.steps]
+    return Episode(
+        trajectories,
+        receipt,
+        StopReason(receipt.stop_reason),
+        Attribution(receipt.attribution),
+        receipt.gradient_eligible,
+        steps,
+    )

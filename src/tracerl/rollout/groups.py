@@ -40,13 +40,21 @@ async def run_group(
     seed: int = 0,
     writer: EpisodeWriter | None = None,
     limit: asyncio.Semaphore | None = None,
+    done: dict[str, Episode] | None = None,
 ) -> list[Episode]:
-    """`group_size` episodes of one task, each with its own seed and a fresh env."""
+    """`group_size` episodes of one task, each with its own seed and a fresh env.
+
+    `done` maps episode ids to episodes already finished (read back from the run directory
+    after a crash): those are returned as they are, not run (or written) again.
+    """
     if group_size < 1:
         raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
     factory = _factory(env)
 
     async def member(g: int) -> Episode:
+        eid = group_episode_id(task, seed, g)
+        if done is not None and eid in done:
+            return done[eid]
         async with limit or contextlib.nullcontext():
             episode = await run_episode(
                 factory(),
@@ -54,13 +62,17 @@ async def run_group(
                 policy,
                 config,
                 seed=episode_seed(seed, task.get("id"), g),
-                episode_id=f"{task.get('id')}:s{seed}:g{g}",
+                episode_id=eid,
             )
         if writer is not None:
             writer.append(episode.trajectories)
         return episode
 
     return list(await asyncio.gather(*(member(g) for g in range(group_size))))
+
+
+def group_episode_id(task: dict[str, Any], seed: int, g: int) -> str:
+    return f"{task.get('id')}:s{seed}:g{g}"
 
 
 async def run_groups(
@@ -73,12 +85,21 @@ async def run_groups(
     seed: int = 0,
     max_concurrent_episodes: int = 16,
     writer: EpisodeWriter | None = None,
+    done: dict[str, Episode] | None = None,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit."""
     limit = asyncio.Semaphore(max_concurrent_episodes)
     groups = [
         run_group(
-            env, t, policy, config, group_size=group_size, seed=seed, writer=writer, limit=limit
+            env,
+            t,
+            policy,
+            config,
+            group_size=group_size,
+            seed=seed,
+            writer=writer,
+            limit=limit,
+            done=done,
         )
         for t in tasks
     ]

@@ -23,6 +23,7 @@ import torch
 from tracerl.algos.advantages import get as get_advantage
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.groups import EnvSource, rollout_metrics, run_groups
+from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
 
@@ -46,7 +47,11 @@ def grpo_step(
     cfg: GRPOConfig,
     *,
     step: int,
+    writer: EpisodeWriter | None = None,
+    done: dict[str, Episode] | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
+    """One step. `writer` appends each finished episode to the run directory; `done` holds
+    this step's episodes already on disk (after a crash), which are reused, not re-run."""
     groups = asyncio.run(
         run_groups(
             env,
@@ -56,6 +61,8 @@ def grpo_step(
             group_size=cfg.group_size,
             seed=step,
             max_concurrent_episodes=cfg.max_concurrent_episodes,
+            writer=writer,
+            done=done,
         )
     )
     episodes = [e for g in groups for e in g]
@@ -72,5 +79,6 @@ def grpo_step(
     policy.sampler.policy_version += 1
     metrics.update(rollout_metrics(episodes))
     metrics["train/reward_mean"] = float(rewards_B.mean())
+    metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in episodes))
     metrics["train/policy_version"] = float(policy.sampler.policy_version)
     return metrics, episodes

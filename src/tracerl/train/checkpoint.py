@@ -1,0 +1,81 @@
+"""Checkpoints: ``checkpoints/step_<n>/`` with the model, the optimizer, every RNG and the
+loop's state (step, policy version). Written under a temporary name and renamed into place,
+so a checkpoint folder that exists is complete; the newest two are kept."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracerl.cache import save_folder_atomically
+
+KEEP = 2
+
+
+@dataclass
+class Checkpoint:
+    step: int  # the last step whose update it contains
+    policy_version: int
+    path: Path
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, model: Any, optimizer: Any, sampler: Any, extra: dict[str, Any]
+) -> Path:
+    target = run_dir / "checkpoints" / f"step_{step}"
+
+    def write(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        torch.save(model.state_dict(), folder / "model.pt")
+        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        torch.save(
+            {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                "sampler": sampler.generator.get_state(),
+            },
+            folder / "rng.pt",
+        )
+        state = {"step": step, "policy_version": sampler.policy_version, **extra}
+        (folder / "state.json").write_text(json.dumps(state))
+
+    save_folder_atomically(target, write)
+    for old in sorted(_steps(run_dir))[:-KEEP]:
+        shutil.rmtree(run_dir / "checkpoints" / f"step_{old}", ignore_errors=True)
+    return target
+
+
+def _steps(run_dir: Path) -> list[int]:
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        int(p.name.split("_")[1])
+        for p in folder.iterdir()
+        if p.name.startswith("step_") and (p / "state.json").is_file()
+    )
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    steps = _steps(run_dir)
+    if not steps:
+        return None
+    path = run_dir / "checkpoints" / f"step_{steps[-1]}"
+    state = json.loads((path / "state.json").read_text())
+    return Checkpoint(state["step"], state["policy_version"], path)
+
+
+def restore(ckpt: Checkpoint, model: Any, optimizer: Any, sampler: Any) -> None:
+    model.load_state_dict(torch.load(ckpt.path / "model.pt", weights_only=True))
+    optimizer.load_state_dict(torch.load(ckpt.path / "optimizer.pt", weights_only=True))
+    rng = torch.load(ckpt.path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    sampler.generator.set_state(rng["sampler"])
+    sampler.policy_version = ckpt.policy_version

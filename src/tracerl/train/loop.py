@@ -1,0 +1,240 @@
+"""`tracerl train`: synchronous GRPO on a real environment, with evaluation and checkpoints.
+
+    baseline evaluation on the eval split (step 0 only)
+    for each step:
+        the step's tasks (a function of seed and step: the data order survives a resume)
+        -> grpo_step: sample G episodes per task (each written to the run directory as it
+           finishes; episodes already on disk from an interrupted attempt are reused),
+           reward, eligibility, advantages, update
+        -> one line in metrics.jsonl; a checkpoint every N steps
+        -> evaluation every N steps
+    final evaluation
+
+Resume (`--resume`) restores the newest checkpoint (model, optimizer, RNGs, policy version)
+and continues at the next step; every episode already written is reused, none is sampled
+twice. SIGINT/SIGTERM finish the current step, write a checkpoint and exit cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tracerl.config import RunConfig, dump_config
+from tracerl.envs import get_parser, make
+from tracerl.rollout import BatchedHFSampler
+from tracerl.rollout.episode import episode_from_trajectories
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.grpo import GRPOConfig, grpo_step
+from tracerl.train.learner import Learner, LearnerConfig
+
+Log = Callable[[str], None]
+
+
+class RunExistsError(RuntimeError):
+    pass
+
+
+def reward_function(cfg: RunConfig, probe: Any) -> Callable[[Episode], float]:
+    if cfg.trainer.reward == "arithmetic":
+        from tracerl.envs.arithmetic import digit_reward
+
+        def arithmetic(e: Episode) -> float:
+            segs = e.trajectories[0].policy_segments()
+            text = (segs[0].text or "") if segs else ""
+            return digit_reward(text, e.receipt.task["answers"][0])
+
+        return arithmetic
+    from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
+
+    spec = RewardSpec.from_yaml(SEARCH_REWARD)
+    lookup = getattr(probe, "document", lambda _: None)
+
+    def search(e: Episode) -> float:
+        return compose(spec, RewardContext.from_trajectories(e.trajectories, lookup)).total
+
+    return search
+
+
+def _done_episodes(run_dir: Path, step: int) -> dict[str, Episode]:
+    path = step_file(run_dir, step)
+    if not path.exists():
+        return {}
+    by_id: dict[str, list[Any]] = {}
+    for p, t in read_run_trajectories(run_dir):
+        if p == path and t.episode_id:
+            by_id.setdefault(t.episode_id, []).append(t)
+    return {k: episode_from_trajectories(v) for k, v in by_id.items()}
+
+
+def _trim_metrics(run_dir: Path, step: int) -> None:
+    """Drop metric lines of steps the checkpoint does not contain (they will be redone)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line torn by the crash
+        limit = step if row.get("phase") == "train" else step + 1
+        if row.get("step", 0) <= limit:
+            keep.append(line)
+    tmp = path.with_name(".metrics.jsonl.tmp")
+    tmp.write_text("".join(k + "\n" for k in keep))
+    tmp.replace(path)
+
+
+def _append(run_dir: Path, row: dict[str, Any]) -> None:
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+class _Stop:
+    """SIGINT/SIGTERM: finish the step, checkpoint, exit cleanly."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str, float]:
+    from tracerl.models import load
+
+    run_dir = cfg.run_dir
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise RunExistsError(
+            f"{run_dir} already holds a run; continue it with --resume or pick another name"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    bundle = load(cfg.model.spec)
+    t = cfg.trainer
+    sampler = BatchedHFSampler(
+        bundle.model,
+        temperature=cfg.model.temperature,
+        seed=t.seed,
+        max_batch_size=cfg.model.max_batch_size,
+    )
+    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
+    policy = Policy.from_bundle(bundle, sampler, parser)
+    from tracerl.algos.losses import ClipConfig
+
+    learner = Learner(
+        bundle.model,
+        LearnerConfig(
+            lr=t.lr,
+            epochs=t.epochs,
+            micro_batch_tokens=t.micro_batch_tokens,
+            max_grad_norm=t.max_grad_norm,
+            temperature=cfg.model.temperature,
+            clip=ClipConfig(
+                clip_low=t.clip_low, clip_high=t.clip_high, tis_cap=t.tis_cap, agg=t.agg
+            ),
+        ),
+    )
+    start = 0
+    if ckpt is not None:
+        restore(ckpt, bundle.model, learner.optimizer, sampler)
+        start = ckpt.step + 1
+        _trim_metrics(run_dir, ckpt.step)
+        log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
+    probe = make(cfg.env.name, **cfg.env.kwargs)
+    reward = reward_function(cfg, probe)
+
+    def env() -> Any:
+        return make(cfg.env.name, **cfg.env.kwargs)
+
+    grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
+    final: dict[str, float] = {}
+    if start == 0:
+        final = _evaluate(cfg, env, probe, policy, reward, run_dir, 0, log)
+    stop = _Stop()
+    try:
+        for step in range(start, t.steps):
+            t0 = time.perf_counter()
+            tasks = probe.sample_tasks(
+                cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
+            )
+            m, _ = grpo_step(
+                env,
+                tasks,
+                policy,
+                learner,
+                reward,
+                grpo,
+                step=step,
+                writer=EpisodeWriter(run_dir, step),
+                done=_done_episodes(run_dir, step),
+            )
+            m["time/step_s"] = time.perf_counter() - t0
+            _append(run_dir, {"step": step, "phase": "train", **m})
+            log(
+                f"step {step}: reward {m['train/reward_mean']:.3f}, "
+                f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
+            )
+            last = step == t.steps - 1
+            if (step + 1) % t.checkpoint_every == 0 or last or stop.requested:
+                save_checkpoint(
+                    run_dir, step, bundle.model, learner.optimizer, sampler, {"seed": t.seed}
+                )
+            if stop.requested:
+                log(f"stopped by a signal after step {step}; checkpoint written")
+                return final
+            if last or (t.eval_every and (step + 1) % t.eval_every == 0):
+                final = _evaluate(cfg, env, probe, policy, reward, run_dir, step + 1, log)
+    finally:
+        stop.restore()
+    return final
+
+
+def _evaluate(
+    cfg: RunConfig,
+    env: Any,
+    probe: Any,
+    policy: Policy,
+    reward: Any,
+    run_dir: Path,
+    step: int,
+    log: Log,
+) -> dict[str, float]:
+    split = cfg.env.eval_split
+    tasks = probe.sample_tasks(cfg.env.eval_tasks, seed=cfg.trainer.seed, split=split)
+    groups = asyncio.run(
+        run_groups(
+            env,
+            tasks,
+            policy,
+            cfg.rollout,
+            group_size=1,
+            seed=10**6 + step,
+            writer=EpisodeWriter(run_dir / "eval", step),
+        )
+    )
+    rewards = [reward(g[0]) for g in groups]
+    m = {
+        f"eval/{split}/success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+        f"eval/{split}/reward_mean": sum(rewards) / len(rewards),
+    }
+    _append(run_dir, {"step": step, "phase": "eval", **m})
+    log(f"eval at step {step}: {split} success {m[f'eval/{split}/success_rate']:.3f}")
+    return m
