@@ -168,6 +168,38 @@ def train(
         raise _fail(str(e)) from None
 
 
+@app.command()
+def sft(
+    data: Annotated[Path, typer.Argument(help="a run directory or a trajectories .jsonl(.gz)")],
+    out: Annotated[Path, typer.Option(help="folder to save the tuned model (load it as hf:OUT)")],
+    model: Annotated[str, typer.Option(help="model spec to start from")] = "smollm2-135m-instruct",
+    epochs: Annotated[int, typer.Option(help="passes over the data")] = 1,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate")] = 1e-5,
+    all_episodes: Annotated[
+        bool, typer.Option("--all", help="imitate every episode, not only successful ones")
+    ] = False,
+) -> None:
+    """Supervised fine-tuning on trajectories: loss on policy tokens only (RL's masks)."""
+    from tracerl.models import ModelNotFoundError, load
+    from tracerl.train.sft import sft as run_sft
+    from tracerl.train.sft import sft_data
+    from tracerl.types import TrajectoryError
+
+    try:
+        trajectories = sft_data(data, successful_only=not all_episodes)
+        bundle = load(model)
+        history = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs)
+    except (FileNotFoundError, TrajectoryError, ValueError, ModelNotFoundError) as e:
+        raise _fail(str(e)) from None
+    bundle.model.save_pretrained(out)
+    bundle.tokenizer.save_pretrained(out)
+    console.print(
+        f"{len(trajectories)} trajectories, NLL {history[0]:.3f} -> {history[-1]:.3f}; "
+        f"saved to {out} (load it as hf:{out})",
+        markup=False,
+    )
+
+
 @app.command("eval")
 def eval_cmd(
     model: Annotated[str, typer.Option(help="model spec")] = "smollm2-135m-instruct",

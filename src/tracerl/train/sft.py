@@ -1,0 +1,73 @@
+"""Supervised fine-tuning on trajectories, with the same batches and masks as RL.
+
+The loss is the mean negative log-likelihood of the policy tokens only — exactly the tokens
+RL would train on (the loss mask from provenance): prompts, tool output, echoes and template
+scaffolding never carry loss here either. Input: a run directory (optionally only its
+successful, gradient-eligible episodes) or a trajectories JSONL(.gz) file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracerl.jsonl import read_trajectories
+from tracerl.rollout.persist import read_run_trajectories
+from tracerl.train.batch import bucketed_batches
+from tracerl.train.logprobs import token_logprobs
+from tracerl.types import Trajectory
+
+
+def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) -> list[Trajectory]:
+    """Trajectories to imitate. From a run directory, keep eligible episodes whose reward
+    (when recorded) succeeded, or — with no reward recorded — that ended with an answer."""
+    path = Path(source)
+    if path.is_dir():
+        trajs = [t for _, t in read_run_trajectories(path)]
+    else:
+        trajs = read_trajectories(path)
+    if not successful_only:
+        return trajs
+    keep = []
+    for t in trajs:
+        receipt, reward = t.receipt or {}, t.reward or {}
+        if not receipt.get("gradient_eligible", True):
+            continue
+        ok = reward.get("total", 0) >= 1.0 if reward else receipt.get("stop_reason") == "answered"
+        if ok:
+            keep.append(t)
+    return keep
+
+
+def sft(
+    model: Any,
+    trajectories: Sequence[Trajectory],
+    *,
+    lr: float = 1e-5,
+    epochs: int = 1,
+    micro_batch_tokens: int = 4096,
+    max_grad_norm: float = 1.0,
+) -> list[float]:
+    """Train; returns the mean NLL per epoch (over policy tokens)."""
+    if not trajectories:
+        raise ValueError("sft: no trajectories to learn from (none successful?)")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    batches = bucketed_batches(trajectories, [0.0] * len(trajectories), micro_batch_tokens)
+    total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
+    history = []
+    for _ in range(epochs):
+        optimizer.zero_grad(set_to_none=True)
+        nll = 0.0
+        for b in batches:
+            lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T)
+            loss = -(lp * b.loss_mask_B_T).sum() / total  # token-mean over the whole set
+            loss.backward()
+            nll += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        history.append(nll)
+    return history
