@@ -45,7 +45,7 @@ class EnvConfig(_Config):
 class TrainerConfig(_Config):
     steps: int = Field(10, ge=0)
     group_size: int = Field(8, ge=2)
-    advantage: str = "grpo"
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
     reward: Literal["search", "arithmetic"] = "search"
     """How episodes are scored: the layered search reward, or the arithmetic digit reward."""
     lr: float = Field(1e-5, gt=0)
@@ -57,7 +57,9 @@ class TrainerConfig(_Config):
     tis_cap: float | None = Field(2.0, gt=0)
     """Truncated importance sampling on the sampler's log-probs (episodes reused on resume
     may come from lost weights)."""
-    agg: str = "token-mean"
+    agg: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "token-mean"
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only before the first and after the last step)."""
     checkpoint_every: int = Field(1, ge=1)

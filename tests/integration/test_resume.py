@@ -85,3 +85,26 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_exits_cleanly(tmp_pat
     assert "stopped by a signal" in out
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert checkpoints and all((run / "checkpoints" / c / "model.pt").exists() for c in checkpoints)
+
+
+def test_resume_before_any_checkpoint_redoes_the_steps_without_duplicates(tmp_path):
+    crash = _train(tmp_path, "trainer.checkpoint_every=100")
+    run = tmp_path / "learn-arithmetic"
+    victim = run / "episodes" / "step_2.jsonl.gz"
+    deadline = time.time() + 240
+    while not (victim.exists() and victim.stat().st_size > 0) and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(crash.pid, signal.SIGKILL)
+    crash.wait(timeout=30)
+    assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+    before = _ids(run)
+    resumed = _train(tmp_path, "trainer.checkpoint_every=100", "--resume")
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    after = _ids(run)
+    assert not [i for i, n in Counter(after).items() if n > 1] and set(before) <= set(after)
+    rows = [line for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = Counter(
+        (r.split('"phase": ')[1][:7], r.split('"step": ')[1].split(",")[0]) for r in rows
+    )
+    assert all(n == 1 for n in steps.values()), steps

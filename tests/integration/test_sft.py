@@ -87,21 +87,10 @@ def test_sft_command_saves_a_loadable_model(tmp_path):
         )
     )
     out = tmp_path / "tuned"
-    result = CliRunner().invoke(
-        app,
-        [
-            "sft",
-            str(tmp_path / "run"),
-            "--out",
-            str(out),
-            "--model",
-            "tiny-chars",
-            "--epochs",
-            "3",
-            "--lr",
-            "1e-3",
-        ],
-    )
+    args = ["sft", str(tmp_path / "run"), "--out", str(out), "--model", "tiny-chars"]
+    refused = CliRunner().invoke(app, args)  # no rewards recorded: success is unknowable
+    assert refused.exit_code == 2 and "carry no reward" in refused.output
+    result = CliRunner().invoke(app, [*args, "--all", "--epochs", "3", "--lr", "1e-3"])
     assert result.exit_code == 0, result.output
     assert "4 trajectories" in result.stdout
     tuned = load(f"hf:{out}")

@@ -83,3 +83,25 @@ def test_a_grpo_step_trains_only_on_eligible_episodes(tiny, model):
         sum(t.loss_mask) for e in episodes if e.gradient_eligible for t in e.trajectories
     )
     assert m["train/policy_tokens"] == eligible_tokens
+
+
+@pytest.mark.parametrize(
+    "agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
+def test_micro_batching_gives_the_whole_batch_gradient_for_every_aggregation(tiny, model, agg):
+    from tracerl.algos import ClipConfig
+
+    trajs = [e.trajectories[0] for e in _episodes(tiny, model, n=4)]
+    advs = [1.0, -0.5, 0.25, -1.0]
+    grads = []
+    for micro in (10**6, 1):  # one batch, then one row per micro-batch
+        m = copy.deepcopy(model)
+        cfg = LearnerConfig(
+            lr=1e-12, micro_batch_tokens=micro, max_grad_norm=1e9, clip=ClipConfig(agg=agg)
+        )
+        out = Learner(m, cfg).update(trajs, advs)
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+        assert out["train/micro_batches"] == (1 if micro > 1 else 4)
+    for n, g in grads[0].items():
+        rel = ((grads[1][n] - g).norm() / g.norm().clamp(min=1e-12)).item()
+        assert rel < 1e-4, (agg, n, rel)

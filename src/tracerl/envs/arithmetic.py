@@ -27,11 +27,10 @@ class Arithmetic(ToolEnv):
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
         rng = random.Random(f"arithmetic:{split}:{seed}")
-        tasks = []
-        for _ in range(n):
-            a, b = rng.randint(0, 9), rng.randint(0, 9)
-            tasks.append({"id": f"sum-{a}-{b}", "a": a, "b": b, "answers": [str((a + b) % 10)]})
-        return tasks
+        pairs = rng.sample([(a, b) for a in range(10) for b in range(10)], min(n, 100))
+        return [
+            {"id": f"sum-{a}-{b}", "a": a, "b": b, "answers": [str((a + b) % 10)]} for a, b in pairs
+        ]
 
     def check_script(self, task: dict[str, Any]) -> list[Action]:
         return [Action(text=task["answers"][0], answer=task["answers"][0])]

@@ -41,6 +41,7 @@ async def run_group(
     writer: EpisodeWriter | None = None,
     limit: asyncio.Semaphore | None = None,
     done: dict[str, Episode] | None = None,
+    index: int | None = None,
 ) -> list[Episode]:
     """`group_size` episodes of one task, each with its own seed and a fresh env.
 
@@ -52,7 +53,7 @@ async def run_group(
     factory = _factory(env)
 
     async def member(g: int) -> Episode:
-        eid = group_episode_id(task, seed, g)
+        eid = group_episode_id(task, seed, g, index)
         if done is not None and eid in done:
             return done[eid]
         async with limit or contextlib.nullcontext():
@@ -61,7 +62,7 @@ async def run_group(
                 task,
                 policy,
                 config,
-                seed=episode_seed(seed, task.get("id"), g),
+                seed=episode_seed(seed, task.get("id"), g, *(() if index is None else (index,))),
                 episode_id=eid,
             )
         if writer is not None:
@@ -71,8 +72,11 @@ async def run_group(
     return list(await asyncio.gather(*(member(g) for g in range(group_size))))
 
 
-def group_episode_id(task: dict[str, Any], seed: int, g: int) -> str:
-    return f"{task.get('id')}:s{seed}:g{g}"
+def group_episode_id(task: dict[str, Any], seed: int, g: int, index: int | None = None) -> str:
+    """``<task id>:s<seed>[:t<position>]:g<member>``: the position keeps two copies of one
+    task in a batch apart."""
+    where = "" if index is None else f":t{index}"
+    return f"{task.get('id')}:s{seed}{where}:g{g}"
 
 
 async def run_groups(
@@ -100,8 +104,9 @@ async def run_groups(
             writer=writer,
             limit=limit,
             done=done,
+            index=i,
         )
-        for t in tasks
+        for i, t in enumerate(tasks)
     ]
     return list(await asyncio.gather(*groups))
 

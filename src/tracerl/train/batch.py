@@ -74,7 +74,11 @@ def bucketed_batches(
 ) -> list[Batch]:
     """Micro-batches of similar-length rows, each at most `max_tokens` padded tokens (a row
     longer than the budget gets a batch of its own)."""
-    order = sorted(range(len(trajectories)), key=lambda i: len(trajectories[i]))
+    # rows without tokens (an episode whose reset failed) teach nothing and are dropped
+    order = sorted(
+        (i for i in range(len(trajectories)) if len(trajectories[i]) > 0),
+        key=lambda i: len(trajectories[i]),
+    )
     batches, current = [], []
     for i in order:
         width = len(trajectories[i])  # the longest so far: rows are sorted

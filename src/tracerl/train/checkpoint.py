@@ -5,6 +5,7 @@ so a checkpoint folder that exists is complete; the newest two are kept."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ def save_checkpoint(
         )
         state = {"step": step, "policy_version": sampler.policy_version, **extra}
         (folder / "state.json").write_text(json.dumps(state))
+        for f in folder.iterdir():  # durable before it is renamed into place
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
 
     save_folder_atomically(target, write)
     for old in sorted(_steps(run_dir))[:-KEEP]:

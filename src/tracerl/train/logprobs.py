@@ -54,5 +54,5 @@ def token_logprobs(
             piece = _head_logprobs(hidden_N_H[sl], targets_N[sl], head, temperature)
         pieces.append(piece)
     out = torch.cat(pieces).reshape(b, t - 1)
-    out = torch.cat([torch.zeros(b, 1, dtype=out.dtype), out], dim=1)
+    out = torch.cat([torch.zeros(b, 1, dtype=out.dtype, device=out.device), out], dim=1)
     return out * attention_mask_B_T.to(out.dtype)

@@ -75,8 +75,9 @@ def _done_episodes(run_dir: Path, step: int) -> dict[str, Episode]:
     return {k: episode_from_trajectories(v) for k, v in by_id.items()}
 
 
-def _trim_metrics(run_dir: Path, step: int) -> None:
-    """Drop metric lines of steps the checkpoint does not contain (they will be redone)."""
+def _trim_metrics(run_dir: Path, step: int | None) -> None:
+    """Drop metric lines of steps the checkpoint (of `step`; None: no checkpoint) does not
+    contain: they will be redone. The evaluation after the checkpointed step is kept."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return
@@ -86,12 +87,28 @@ def _trim_metrics(run_dir: Path, step: int) -> None:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line torn by the crash
+        if step is None:
+            continue
         limit = step if row.get("phase") == "train" else step + 1
         if row.get("step", 0) <= limit:
             keep.append(line)
     tmp = path.with_name(".metrics.jsonl.tmp")
     tmp.write_text("".join(k + "\n" for k in keep))
     tmp.replace(path)
+
+
+def _has_eval(run_dir: Path, step: int) -> bool:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return False
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("phase") == "eval" and row.get("step") == step:
+            return True
+    return False
 
 
 def _append(run_dir: Path, row: dict[str, Any]) -> None:
@@ -158,6 +175,9 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
         start = ckpt.step + 1
         _trim_metrics(run_dir, ckpt.step)
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
+    elif resume:
+        _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
+        log("resumed with no checkpoint: starting again from step 0, reusing written episodes")
     probe = make(cfg.env.name, **cfg.env.kwargs)
     reward = reward_function(cfg, probe)
 
@@ -166,11 +186,15 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
 
     grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
     final: dict[str, float] = {}
-    if start == 0:
-        final = _evaluate(cfg, env, probe, policy, reward, run_dir, 0, log)
+    if start == 0 or (start >= t.steps and not _has_eval(run_dir, t.steps)):
+        # the baseline; or, resuming a run stopped before its final evaluation, that one
+        final = _evaluate(cfg, env, probe, policy, reward, run_dir, min(start, t.steps), log)
     stop = _Stop()
     try:
         for step in range(start, t.steps):
+            if stop.requested:  # a signal during the last evaluation: stop before a new step
+                log(f"stopped by a signal before step {step}")
+                return final
             t0 = time.perf_counter()
             tasks = probe.sample_tasks(
                 cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split

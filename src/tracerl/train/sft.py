@@ -23,8 +23,8 @@ from tracerl.types import Trajectory
 
 
 def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) -> list[Trajectory]:
-    """Trajectories to imitate. From a run directory, keep eligible episodes whose reward
-    (when recorded) succeeded, or — with no reward recorded — that ended with an answer."""
+    """Trajectories to imitate: with `successful_only`, the eligible ones whose recorded
+    reward succeeded (total >= 1); trajectories without a recorded reward are refused."""
     path = Path(source)
     if path.is_dir():
         trajs = [t for _, t in read_run_trajectories(path)]
@@ -32,15 +32,18 @@ def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) ->
         trajs = read_trajectories(path)
     if not successful_only:
         return trajs
-    keep = []
-    for t in trajs:
-        receipt, reward = t.receipt or {}, t.reward or {}
-        if not receipt.get("gradient_eligible", True):
-            continue
-        ok = reward.get("total", 0) >= 1.0 if reward else receipt.get("stop_reason") == "answered"
-        if ok:
-            keep.append(t)
-    return keep
+    unscored = [t for t in trajs if not t.reward]
+    if unscored:
+        raise ValueError(
+            f"{path}: {len(unscored)} of {len(trajs)} trajectories carry no reward, so "
+            "'successful' cannot be told apart from 'answered wrongly'; use a scored run "
+            "(tracerl eval writes rewards) or imitate everything with --all"
+        )
+    return [
+        t
+        for t in trajs
+        if (t.receipt or {}).get("gradient_eligible", True) and t.reward.get("total", 0) >= 1.0
+    ]
 
 
 def sft(
@@ -58,16 +61,21 @@ def sft(
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     batches = bucketed_batches(trajectories, [0.0] * len(trajectories), micro_batch_tokens)
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
+    if total == 0:
+        raise ValueError("sft: the trajectories hold no policy tokens; nothing to imitate")
     history = []
     for _ in range(epochs):
-        optimizer.zero_grad(set_to_none=True)
         nll = 0.0
-        for b in batches:
+        for b in batches:  # one optimizer step per micro-batch
+            optimizer.zero_grad(set_to_none=True)
+            tokens = float(b.loss_mask_B_T.sum())
+            if tokens == 0:
+                continue
             lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T)
-            loss = -(lp * b.loss_mask_B_T).sum() / total  # token-mean over the whole set
+            loss = -(lp * b.loss_mask_B_T).sum() / tokens
             loss.backward()
-            nll += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimizer.step()
+            nll += loss.item() * tokens / total
         history.append(nll)
     return history
