@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose, v
 from tracerl.rewards.review import ReviewPool
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import rollout_metrics, run_groups
-from tracerl.rollout.persist import EpisodeWriter
+from tracerl.rollout.persist import EpisodeWriter, append_metrics
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.types import RewardBreakdown
 
@@ -141,7 +140,7 @@ def evaluate(
         m.update(_review(pool, episodes, rewards, split))
         if split == "adversarial":
             m.update(_per_kind(episodes, rewards))
-        _append_metrics(out_dir / "metrics.jsonl", {"step": 0, "split": split, **m})
+        append_metrics(out_dir, {"step": 0, "split": split, **m})
         metrics.update(m)
     return metrics
 
@@ -222,9 +221,3 @@ def reviewed_metrics(run_dir: str | Path) -> dict[str, float]:
                 ok = float(bool(pool.verdict(task, str(em["evidence"].get("answer", "")))))
         totals.setdefault(task.get("split", "unknown"), []).append(ok)
     return {f"eval/{s}/reviewed_success_rate": sum(v) / len(v) for s, v in totals.items()}
-
-
-def _append_metrics(path: Path, row: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")

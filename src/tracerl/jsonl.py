@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tracerl.types import Trajectory, TrajectoryError
 
@@ -63,8 +63,11 @@ def iter_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
         yield from parse_lines(f, path)
 
 
-def parse_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> Iterator[Trajectory]:
-    """Trajectories from JSON lines read from `path` (named in errors)."""
+def json_objects(
+    lines: Iterable[str], path: str | os.PathLike[str], *, hint: str = ""
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, object)`` per non-blank line; a line that is not a JSON object raises a
+    `TrajectoryError` (a ValueError) naming ``file:line`` (plus `hint`)."""
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -73,11 +76,17 @@ def parse_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> Iterator[
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise TrajectoryError(
-                f"{where}: not valid JSON ({e.msg} at column {e.colno}); "
-                "the line may be truncated by a crash — remove it and rerun"
+                f"{where}: not valid JSON ({e.msg} at column {e.colno}){hint}"
             ) from None
         if not isinstance(obj, dict):
             raise TrajectoryError(f"{where}: expected a JSON object per line")
+        yield where, obj
+
+
+def parse_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    """Trajectories from JSON lines read from `path` (named in errors)."""
+    hint = "; the line may be truncated by a crash — remove it and rerun"
+    for where, obj in json_objects(lines, path, hint=hint):
         yield Trajectory.from_dict(obj, where=where)
 
 

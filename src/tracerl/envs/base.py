@@ -47,6 +47,15 @@ class CallOutcome:
     def fault(self) -> Fault | None:
         return self.result.error
 
+    def message(self) -> Message:
+        """The tool message that shows this outcome to the model."""
+        return {
+            "role": "tool",
+            "tool_call_id": self.call.id,
+            "name": self.call.name,
+            "content": self.result.content,
+        }
+
     def to_record(self) -> dict[str, Any]:
         """The step record's per-call entry (the design notes' field names)."""
         f = self.fault
@@ -186,15 +195,7 @@ class ToolEnv(Env):
         gains = [o.result.evidence_gain for o in outcomes]
         known = [g for g in gains if g is not None]
         return StepResult(
-            messages=[
-                {
-                    "role": "tool",
-                    "tool_call_id": o.call.id,
-                    "name": o.call.name,
-                    "content": o.result.content,
-                }
-                for o in outcomes
-            ],
+            messages=[o.message() for o in outcomes],
             terminated=self.done or self.answer is not None,
             info={"answer": self.answer} if self.answer is not None else {},
             calls=outcomes,

@@ -119,7 +119,7 @@ async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: in
     return None
 
 
-async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: int) -> Any:
+async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: int) -> str:
     env = factory()
     await env.reset(task, seed)
     out = []
@@ -132,13 +132,13 @@ async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: in
         if r.terminated or r.truncated:
             break
     await env.close()
-    return env, json.dumps(out, sort_keys=True)  # strict: episodes must be JSON to be written
+    return json.dumps(out, sort_keys=True)  # strict: episodes must be JSON to be written
 
 
 async def _step_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
     task = factory().sample_tasks(1, seed=seed)[0]
-    _, first = await _run_script(factory, task, seed)
-    _, second = await _run_script(factory, task, seed)
+    first = await _run_script(factory, task, seed)
+    second = await _run_script(factory, task, seed)
     if first != second:
         return f"the scripted actions on task {task['id']!r} gave different results twice"
     return None

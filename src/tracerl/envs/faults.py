@@ -97,15 +97,7 @@ class FaultInjector(Env):
             fault = Fault(fault_kind, _MESSAGES[kind].format(tool=c.name), injected=True)
             latency = 1000 * self._timeout(c.name) if kind == "timeout" else 0.0
             outcomes.append(CallOutcome(c, ToolResult.failure(fault, latency), *self._meta(c)))
-        messages = [
-            {
-                "role": "tool",
-                "tool_call_id": o.call.id,
-                "name": o.call.name,
-                "content": o.result.content,
-            }
-            for o in outcomes
-        ]
+        messages = [o.message() for o in outcomes]
         return StepResult(messages, calls=outcomes, info={"injected": kind})
 
     def _truncate(self, result: StepResult) -> StepResult:

@@ -209,11 +209,12 @@ def smollm2_tokenizer() -> Any:
     return tok
 
 
-def load_tiny_random(seed: int = 0) -> PolicyBundle:
-    """A tiny Llama (2 layers, width 64) with seeded random weights and a real tokenizer."""
+def _tiny_llama(tokenizer: Callable[[], Any], spec: str, model_id: str, seed: int) -> PolicyBundle:
+    """A tiny Llama (2 layers, width 64) with seeded random weights over the vocabulary of
+    `tokenizer()`."""
     import_s = _import_libraries()
     t0 = time.perf_counter()
-    tok = smollm2_tokenizer()
+    tok = tokenizer()
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -232,12 +233,17 @@ def load_tiny_random(seed: int = 0) -> PolicyBundle:
         model=model,
         tokenizer=tok,
         renderer=ChatRenderer(tok),
-        model_id=f"tiny-random-llama@seed{seed}",
-        spec="tiny-random",
+        model_id=model_id,
+        spec=spec,
         origin="random",
         load_seconds=time.perf_counter() - t0,
         info={"import_s": import_s},
     )
+
+
+def load_tiny_random(seed: int = 0) -> PolicyBundle:
+    """A tiny Llama (2 layers, width 64) with seeded random weights and a real tokenizer."""
+    return _tiny_llama(smollm2_tokenizer, "tiny-random", f"tiny-random-llama@seed{seed}", seed)
 
 
 CHARS = (
@@ -275,33 +281,7 @@ def char_tokenizer() -> Any:
 def load_tiny_chars(seed: int = 0) -> PolicyBundle:
     """A tiny Llama over a character vocabulary (~95 tokens): small enough that RL can move
     it in seconds on a CPU — the model of the learning test."""
-    import_s = _import_libraries()
-    t0 = time.perf_counter()
-    tok = char_tokenizer()
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **TINY_RANDOM_CONFIG,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.to(torch.float32).eval()
-    return PolicyBundle(
-        model=model,
-        tokenizer=tok,
-        renderer=ChatRenderer(tok),
-        model_id=f"tiny-chars-llama@seed{seed}",
-        spec="tiny-chars",
-        origin="random",
-        load_seconds=time.perf_counter() - t0,
-        info={"import_s": import_s},
-    )
+    return _tiny_llama(char_tokenizer, "tiny-chars", f"tiny-chars-llama@seed{seed}", seed)
 
 
 def load_hf_folder(path: str) -> PolicyBundle:

@@ -14,7 +14,7 @@ The ledger's JSON follows the design notes' shape (``rollout_id``, ``budgets``, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,9 +92,6 @@ class RolloutConfig(_Config):
     """Stop after this many unreadable model turns."""
     unknown_rate_warning: float = Field(0.05, ge=0, le=1)
     """Warn when more than this share of steps fails with an unattributed fault."""
-
-
-Route = Literal["reserve_reached", "marginal_evidence_gain_below_threshold", "max_tool_calls"]
 
 
 class Ledger:

@@ -10,16 +10,26 @@ readers stop at the last complete member with a warning rather than failing the 
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tracerl.jsonl import dumps, parse_lines
 from tracerl.types import Trajectory, TrajectoryError
 
 log = logging.getLogger("tracerl")
+
+
+def append_metrics(run_dir: str | os.PathLike[str], row: dict[str, Any]) -> None:
+    """One line of ``metrics.jsonl`` in the run directory."""
+    path = Path(run_dir) / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def episodes_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -116,15 +126,20 @@ def iter_episode_files(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
     yield from sorted(files, key=lambda p: int(p.name.split("_")[1].split(".")[0]))
 
 
+def read_step_file(path: Path) -> Iterator[Trajectory]:
+    """The trajectories of one step file, skipping (with a warning) a torn last write."""
+    data = path.read_bytes()
+    good = check_tail(path, data)
+    if good < len(data):
+        log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
+    text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
+    # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON
+    # written with ensure_ascii=False may contain inside strings.
+    yield from parse_lines(text.split("\n"), path)
+
+
 def read_run_trajectories(run_dir: str | os.PathLike[str]) -> Iterator[tuple[Path, Trajectory]]:
-    """Every trajectory of a run directory, skipping (with a warning) a torn last write."""
+    """Every trajectory of a run directory, in step order (see `read_step_file`)."""
     for path in iter_episode_files(run_dir):
-        data = path.read_bytes()
-        good = check_tail(path, data)
-        if good < len(data):
-            log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
-        text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
-        # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON
-        # written with ensure_ascii=False may contain inside strings.
-        for t in parse_lines(text.split("\n"), path):
+        for t in read_step_file(path):
             yield path, t

@@ -61,8 +61,8 @@ async def run_episode(
     `template_kwargs` the chat template's per-conversation values; replay passes the recorded
     ones. By default: the wall clock since the episode started, and today's date.
     """
-    run = _EpisodeRun(env, task, policy, config or RolloutConfig(), seed, episode_id, clock, sleep)
-    run.template_kwargs = template_kwargs
+    cfg = config or RolloutConfig()
+    run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
     try:
         return await run.run()
     finally:
@@ -83,6 +83,7 @@ class _EpisodeRun:
         episode_id: str | None,
         clock: Callable[[int], float] | None,
         sleep: Sleep,
+        template_kwargs: dict[str, Any] | None,
     ) -> None:
         self.env, self.task, self.policy, self.cfg, self.seed = env, task, policy, config, seed
         self.episode_id = episode_id or f"{task.get('id', 'task')}:s{seed}"
@@ -104,7 +105,7 @@ class _EpisodeRun:
         self.error: str | None = None  # what crashed the episode, if anything
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.eval_fault = False
-        self.template_kwargs: dict[str, Any] | None = None
+        self.template_kwargs = template_kwargs  # None: the conversation picks (today's date)
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:

