@@ -162,8 +162,11 @@ def train(
         cfg = load_config(config, overrides or [])
     except ConfigError as e:
         raise _fail(str(e)) from None
+    from tracerl.report.progress import RichProgress
+
     try:
-        run_training(cfg, resume=resume, log=lambda line: console.print(line, markup=False))
+        with RichProgress(console) as bars:
+            run_training(cfg, resume=resume, progress=bars)
     except RunExistsError as e:
         raise _fail(str(e)) from None
 

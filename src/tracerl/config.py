@@ -16,9 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tracerl.rollout.budget import RolloutConfig
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class LoraConfig(_Config):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS))
+    """Module names that get adapters (every attention and MLP projection by default)."""
 
 
 class ModelConfig(_Config):
@@ -27,6 +37,11 @@ class ModelConfig(_Config):
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (the learner computes log-probs at the same temperature)."""
     max_batch_size: int = Field(32, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """auto: fp32 on CPU (bf16 matmul is several times slower there), bf16 on a GPU."""
+    lora: LoraConfig | None = None
+    """LoRA adapters (needs `peft`); None trains every weight."""
 
 
 class EnvConfig(_Config):
@@ -60,10 +75,29 @@ class TrainerConfig(_Config):
     agg: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0)
+    """beta of a KL(policy || reference) loss term (reference: LoRA adapters disabled, or a
+    frozen copy of the initial weights); 0: no KL, no reference."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    compile: bool = False
+    """torch.compile the decoder for the learner's forward and backward."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in backward: less memory, ~30% more learner time."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only before the first and after the last step)."""
     checkpoint_every: int = Field(1, ge=1)
     seed: int = 0
+
+
+class WarmStartConfig(_Config):
+    """SFT on the environment's reference agent before RL (`tracerl.train.warm_start`)."""
+
+    tasks: int = Field(32, ge=1)
+    """How many training tasks the reference agent plays (its successes are imitated)."""
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(5e-5, gt=0)
+    seed: int = 1
+    """Which training tasks (a different draw from the RL steps' tasks)."""
 
 
 class RunConfig(_Config):
@@ -73,6 +107,8 @@ class RunConfig(_Config):
     env: EnvConfig = Field(default_factory=EnvConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    warm_start: WarmStartConfig | None = None
+    """None: RL from the model as loaded."""
 
     @property
     def run_dir(self) -> Path:

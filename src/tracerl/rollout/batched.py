@@ -225,12 +225,13 @@ class BatchedHFSampler:
     def _forward(self, ids_B_T: Any, mask_B_T: Any, pos_B_T: Any, cache: Any) -> tuple[Any, Any]:
         """One forward pass: the last position's logits per row, and the grown KV cache."""
         self.stats.forward_calls += 1
+        dev = self.model.device  # inputs go to the model; sampling stays on the CPU
         res = self.model(
-            input_ids=ids_B_T,
-            attention_mask=mask_B_T,
-            position_ids=pos_B_T,
+            input_ids=ids_B_T.to(dev),
+            attention_mask=mask_B_T.to(dev),
+            position_ids=pos_B_T.to(dev),
             use_cache=True,
             logits_to_keep=1,
             **{self._cache_kw: cache},
         )
-        return res.logits[:, -1], getattr(res, self._cache_kw)
+        return res.logits[:, -1].float().cpu(), getattr(res, self._cache_kw)

@@ -42,11 +42,13 @@ async def run_group(
     limit: asyncio.Semaphore | None = None,
     done: dict[str, Episode] | None = None,
     index: int | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
     """`group_size` episodes of one task, each with its own seed and a fresh env.
 
     `done` maps episode ids to episodes already finished (read back from the run directory
     after a crash): those are returned as they are, not run (or written) again.
+    `on_episode` is called with each episode as it finishes (or is reused): progress bars.
     """
     if group_size < 1:
         raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
@@ -55,6 +57,8 @@ async def run_group(
     async def member(g: int) -> Episode:
         eid = group_episode_id(task, seed, g, index)
         if done is not None and eid in done:
+            if on_episode is not None:
+                on_episode(done[eid])
             return done[eid]
         async with limit or contextlib.nullcontext():
             episode = await run_episode(
@@ -67,6 +71,8 @@ async def run_group(
             )
         if writer is not None:
             writer.append(episode.trajectories)
+        if on_episode is not None:
+            on_episode(episode)
         return episode
 
     return list(await asyncio.gather(*(member(g) for g in range(group_size))))
@@ -90,6 +96,7 @@ async def run_groups(
     max_concurrent_episodes: int = 16,
     writer: EpisodeWriter | None = None,
     done: dict[str, Episode] | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit."""
     limit = asyncio.Semaphore(max_concurrent_episodes)
@@ -105,6 +112,7 @@ async def run_groups(
             limit=limit,
             done=done,
             index=i,
+            on_episode=on_episode,
         )
         for i, t in enumerate(tasks)
     ]

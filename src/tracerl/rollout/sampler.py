@@ -130,9 +130,12 @@ class HFSampler:
             past = None
             for _ in range(max_tokens):
                 kv = {self._cache_kw: past}
-                res = self.model(input_ids=x, use_cache=True, logits_to_keep=1, **kv)
+                res = self.model(
+                    input_ids=x.to(self.model.device), use_cache=True, logits_to_keep=1, **kv
+                )
                 past = getattr(res, self._cache_kw)
-                logp_V = torch.log_softmax(res.logits[0, -1].float() / self.temperature, dim=-1)
+                logits_V = res.logits[0, -1].float().cpu()  # sampling stays on the CPU
+                logp_V = torch.log_softmax(logits_V / self.temperature, dim=-1)
                 tok = int(torch.multinomial(logp_V.exp(), 1, generator=gen))
                 out.append(tok)
                 logprobs.append(float(logp_V[tok]))

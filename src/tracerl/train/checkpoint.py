@@ -15,13 +15,14 @@ from typing import Any
 import torch
 
 from tracerl.cache import save_folder_atomically
+from tracerl.train.lora import is_lora, trainable_state
 
 KEEP = 2
 
 
 @dataclass
 class Checkpoint:
-    step: int  # the last step whose update it contains
+    step: int  # the last step whose update it contains (-1: the warm start, no RL step)
     policy_version: int
     path: Path
 
@@ -33,8 +34,9 @@ def save_checkpoint(
 
     def write(folder: Path) -> None:
         folder.mkdir(parents=True)
-        torch.save(model.state_dict(), folder / "model.pt")
-        torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        torch.save(trainable_state(model), folder / "model.pt")  # LoRA: the adapters only
+        if optimizer is not None:  # None: before RL's optimizer exists (after a warm start)
+            torch.save(optimizer.state_dict(), folder / "optimizer.pt")
         torch.save(
             {
                 "torch": torch.get_rng_state(),
@@ -76,8 +78,16 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
 
 
 def restore(ckpt: Checkpoint, model: Any, optimizer: Any, sampler: Any) -> None:
-    model.load_state_dict(torch.load(ckpt.path / "model.pt", weights_only=True))
-    optimizer.load_state_dict(torch.load(ckpt.path / "optimizer.pt", weights_only=True))
+    state = torch.load(ckpt.path / "model.pt", weights_only=True, map_location="cpu")
+    if is_lora(model):  # adapters only: every one of them must be there
+        missing = set(trainable_state(model)) - set(state)
+        if missing:
+            raise ValueError(f"{ckpt.path}: checkpoint lacks adapter weights {sorted(missing)[:3]}")
+        model.load_state_dict(state, strict=False)
+    else:
+        model.load_state_dict(state)
+    if (ckpt.path / "optimizer.pt").exists():
+        optimizer.load_state_dict(torch.load(ckpt.path / "optimizer.pt", weights_only=True))
     rng = torch.load(ckpt.path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

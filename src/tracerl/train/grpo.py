@@ -49,6 +49,7 @@ def grpo_step(
     step: int,
     writer: EpisodeWriter | None = None,
     done: dict[str, Episode] | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One step. `writer` appends each finished episode to the run directory; `done` holds
     this step's episodes already on disk (after a crash), which are reused, not re-run."""
@@ -63,6 +64,7 @@ def grpo_step(
             max_concurrent_episodes=cfg.max_concurrent_episodes,
             writer=writer,
             done=done,
+            on_episode=on_episode,
         )
     )
     episodes = [e for g in groups for e in g]

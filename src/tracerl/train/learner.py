@@ -1,13 +1,19 @@
 """The learner: PPO-style updates on trajectories, fp32 on CPU, lean on memory.
 
-One `update` = K epochs over length-bucketed micro-batches with gradient accumulation:
-the old log-probs are recomputed once before the first epoch (the policy that the ratio is
-taken against); each micro-batch's loss is weighted so that the accumulated gradient equals
-the whole step's loss under the configured aggregation (token share for ``token-mean``,
-sequence share for the ``seq-mean-*`` modes, one constant length for
-``seq-mean-token-sum-norm``); then gradient clipping and one AdamW step per epoch.
-The model object is shared with the in-process sampler, so weights are "synced" by
-construction; the caller bumps the sampler's `policy_version`.
+One `update` = K epochs over length-bucketed micro-batches with gradient accumulation.
+The PPO ratio is taken against the policy before the update: in the first epoch that is
+the current model itself (the sampler shares it in-process, so its weights are the ones that
+sampled), so the old log-probs are the first epoch's own forward pass, detached — no extra
+forward. Later epochs reuse them. Each micro-batch's loss is weighted so that the
+accumulated gradient equals the whole step's loss under the configured aggregation (token
+share for ``token-mean``, sequence share for the ``seq-mean-*`` modes, one constant length
+for ``seq-mean-token-sum-norm``); then gradient clipping and one AdamW step per epoch.
+
+Options: a KL term against the reference policy (``kl_coef`` > 0; with LoRA the reference
+is the same model with its adapters disabled, see `tracerl.train.lora`); `torch.compile` of
+the decoder for the learner's forward and backward (the sampler keeps the eager model);
+gradient checkpointing of the decoder layers (less activation memory, ~30% more compute).
+The caller bumps the sampler's `policy_version` after an update.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from typing import Any
 
 import torch
 
-from tracerl.algos.losses import ClipConfig, PolicyLossInput, ppo_clip
+from tracerl.algos.kl import kl as kl_estimate
+from tracerl.algos.losses import ClipConfig, PolicyLossInput, aggregate, ppo_clip
 from tracerl.train.batch import bucketed_batches
 from tracerl.train.logprobs import token_logprobs
+from tracerl.train.lora import Reference
 from tracerl.types import Trajectory
 
 
@@ -36,6 +44,12 @@ class LearnerConfig:
     """The sampler's temperature: log-probs are of the distribution it sampled from."""
     chunk_tokens: int = 1024
     clip: ClipConfig = field(default_factory=ClipConfig)
+    kl_coef: float = 0.0
+    """beta of a ``beta * KL(policy || reference)`` loss term; 0 disables it."""
+    kl_estimator: str = "k3"
+    compile: bool = False
+    """`torch.compile` the decoder for the learner (dynamic shapes)."""
+    gradient_checkpointing: bool = False
 
 
 def _micro_batch_weights(batches: list[Any], agg: str, total_tokens: float) -> list[float]:
@@ -58,16 +72,32 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )
+        self.reference = Reference(model) if self.cfg.kl_coef > 0 else None
+        if self.cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            # generation must still use the KV cache (checkpointing turns it off)
+            model.config.use_cache = True
+        self._body = None
+        if self.cfg.compile:
+            self._body = torch.compile(model.get_decoder(), dynamic=True)
         self.updates = 0
 
-    def _logprobs(self, batch: Any) -> torch.Tensor:
+    def _logprobs(self, batch: Any, model: Any = None, body: Any = None) -> torch.Tensor:
         return token_logprobs(
-            self.model,
+            model if model is not None else self.model,
             batch.input_ids_B_T,
             batch.attention_mask_B_T,
             temperature=self.cfg.temperature,
             chunk_tokens=self.cfg.chunk_tokens,
+            body=body,
         )
+
+    def _reference_logprobs(self, batch: Any) -> torch.Tensor:
+        assert self.reference is not None
+        with torch.no_grad(), self.reference.active() as ref:
+            return self._logprobs(batch, model=ref)
 
     def update(
         self, trajectories: Sequence[Trajectory], advantages: Sequence[float]
@@ -77,28 +107,39 @@ class Learner:
         total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
         if total == 0:
             return {"train/policy_tokens": 0.0}
-        with torch.no_grad():
-            olds = [self._logprobs(b) for b in batches]
+        refs = [self._reference_logprobs(b) for b in batches] if self.reference else None
         weights = _micro_batch_weights(batches, self.cfg.clip.agg, total)
         clip = self.cfg.clip
         if clip.agg == "seq-mean-token-sum-norm" and clip.norm_tokens is None:
             # one constant for the whole step (not each micro-batch's padded width)
             width = max(b.input_ids_B_T.shape[1] for b in batches)
             clip = dataclasses.replace(clip, norm_tokens=width)
+        olds: list[torch.Tensor] = []
         sums: dict[str, float] = {}
         grad_norm = 0.0
-        for _ in range(self.cfg.epochs):
+        for epoch in range(self.cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for b, old, share in zip(batches, olds, weights, strict=True):
+            for i, (b, share) in enumerate(zip(batches, weights, strict=True)):
+                lp = self._logprobs(b, body=self._body)
+                if epoch == 0:  # the weights that sampled: the ratio's denominator
+                    olds.append(lp.detach())
                 inp = PolicyLossInput(
-                    self._logprobs(b), old, b.advantages_B, b.loss_mask_B_T, b.old_logprobs_B_T
+                    lp, olds[i], b.advantages_B, b.loss_mask_B_T, b.old_logprobs_B_T
                 )
                 loss, m = ppo_clip(inp, clip)
+                if refs is not None:
+                    k = kl_estimate(self.cfg.kl_estimator, lp, refs[i])
+                    kl_loss = aggregate(k, b.loss_mask_B_T.to(k.dtype), clip.agg, clip.norm_tokens)
+                    loss = loss + self.cfg.kl_coef * kl_loss
+                    m["kl"] = kl_loss.item()
                 (loss * share).backward()
-                for k, v in {"loss": loss.item(), **m}.items():
-                    sums[k] = sums.get(k, 0.0) + v * share / self.cfg.epochs
+                for key, v in {"loss": loss.item(), **m}.items():
+                    sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
             grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.model.parameters() if p.requires_grad],
+                    self.cfg.max_grad_norm,
+                )
             )
             self.optimizer.step()
         self.updates += 1

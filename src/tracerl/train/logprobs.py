@@ -31,9 +31,11 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
+    body: Any = None,
 ) -> torch.Tensor:
-    """``logprobs_B_T``: log p(token_t | tokens_<t), 0 at t = 0 and on padding."""
-    body, head = model.get_decoder(), model.get_output_embeddings()
+    """``logprobs_B_T``: log p(token_t | tokens_<t), 0 at t = 0 and on padding. `body`
+    replaces the model's decoder (a `torch.compile`d one)."""
+    body, head = body or model.get_decoder(), model.get_output_embeddings()
     hidden_B_T_H = body(input_ids=input_ids_B_T, attention_mask=attention_mask_B_T)[0]
     b, t, h = hidden_B_T_H.shape
     hidden_N_H = hidden_B_T_H[:, :-1].reshape(-1, h)  # predicts positions 1..T-1

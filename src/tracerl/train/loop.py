@@ -25,8 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
 from tracerl.envs import get_parser, make
+from tracerl.report.progress import QuietProgress
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.episode import episode_from_trajectories
 from tracerl.rollout.groups import run_groups
@@ -35,6 +37,8 @@ from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
+from tracerl.train.lora import apply_lora, place
+from tracerl.train.warm_start import warm_start
 
 Log = Callable[[str], None]
 
@@ -125,8 +129,19 @@ class _Stop:
             signal.signal(sig, handler)
 
 
-def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str, float]:
+def train(
+    cfg: RunConfig,
+    *,
+    resume: bool = False,
+    log: Log = print,
+    progress: QuietProgress | None = None,
+) -> dict[str, float]:
+    """Run (or `resume`) the configured training; returns the last evaluation's metrics.
+    `progress` draws bars (`RichProgress`); without it, summary lines go to `log`."""
     from tracerl.models import load
+
+    bars = progress or QuietProgress(log)
+    log = bars.line
 
     run_dir = cfg.run_dir
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -137,6 +152,9 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     bundle = load(cfg.model.spec)
+    bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
+    if cfg.model.lora is not None:
+        bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
     t = cfg.trainer
     sampler = BatchedHFSampler(
         bundle.model,
@@ -146,41 +164,35 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
     )
     parser = get_parser(cfg.env.parser) if cfg.env.parser else None
     policy = Policy.from_bundle(bundle, sampler, parser)
-    from tracerl.algos.losses import ClipConfig
-
-    learner = Learner(
-        bundle.model,
-        LearnerConfig(
-            lr=t.lr,
-            epochs=t.epochs,
-            micro_batch_tokens=t.micro_batch_tokens,
-            max_grad_norm=t.max_grad_norm,
-            temperature=cfg.model.temperature,
-            clip=ClipConfig(
-                clip_low=t.clip_low, clip_high=t.clip_high, tis_cap=t.tis_cap, agg=t.agg
-            ),
-        ),
-    )
-    start = 0
-    if ckpt is not None:
-        restore(ckpt, bundle.model, learner.optimizer, sampler)
-        start = ckpt.step + 1
-        _trim_metrics(run_dir, ckpt.step)
-        log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
-    elif resume:
-        _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
-        log("resumed with no checkpoint: starting again from step 0, reusing written episodes")
     probe = make(cfg.env.name, **cfg.env.kwargs)
     reward = reward_function(cfg, probe)
 
     def env() -> Any:
         return make(cfg.env.name, **cfg.env.kwargs)
 
-    grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
     final: dict[str, float] = {}
-    if start == 0 or (start >= t.steps and not _has_eval(run_dir, t.steps)):
-        # the baseline; or, resuming a run stopped before its final evaluation, that one
-        final = _evaluate(cfg, env, probe, policy, reward, run_dir, min(start, t.steps), log)
+    if ckpt is None:
+        if resume:
+            _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
+            log("resumed with no checkpoint: starting again, reusing written episodes")
+        # step 0's baseline: the model as loaded
+        final = _evaluate(cfg, env, probe, policy, reward, run_dir, 0, bars, "baseline")
+        if cfg.warm_start is not None:
+            final = _warm_start(cfg, bundle, env, probe, policy, reward, run_dir, bars)
+            sampler.policy_version += 1
+            save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
+    learner = Learner(bundle.model, _learner_config(cfg))
+    start = 0
+    if ckpt is not None:
+        restore(ckpt, bundle.model, learner.optimizer, sampler)
+        start = ckpt.step + 1
+        _trim_metrics(run_dir, ckpt.step)
+        log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
+        if start >= t.steps and not _has_eval(run_dir, t.steps):
+            # stopped after the last step, before its evaluation
+            final = _evaluate(cfg, env, probe, policy, reward, run_dir, t.steps, bars)
+    grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
+    bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
     try:
         for step in range(start, t.steps):
@@ -188,6 +200,7 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
                 log(f"stopped by a signal before step {step}")
                 return final
             t0 = time.perf_counter()
+            bars.phase(f"step {step} rollouts", cfg.env.tasks_per_step * t.group_size)
             tasks = probe.sample_tasks(
                 cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
             )
@@ -201,6 +214,7 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
                 step=step,
                 writer=EpisodeWriter(run_dir, step),
                 done=_done_episodes(run_dir, step),
+                on_episode=bars.advance,
             )
             m["time/step_s"] = time.perf_counter() - t0
             append_metrics(run_dir, {"step": step, "phase": "train", **m})
@@ -208,6 +222,7 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
                 f"step {step}: reward {m['train/reward_mean']:.3f}, "
                 f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
             )
+            bars.step_done()
             last = step == t.steps - 1
             if (step + 1) % t.checkpoint_every == 0 or last or stop.requested:
                 save_checkpoint(
@@ -217,10 +232,64 @@ def train(cfg: RunConfig, *, resume: bool = False, log: Log = print) -> dict[str
                 log(f"stopped by a signal after step {step}; checkpoint written")
                 return final
             if last or (t.eval_every and (step + 1) % t.eval_every == 0):
-                final = _evaluate(cfg, env, probe, policy, reward, run_dir, step + 1, log)
+                final = _evaluate(cfg, env, probe, policy, reward, run_dir, step + 1, bars)
     finally:
         stop.restore()
     return final
+
+
+def _learner_config(cfg: RunConfig) -> LearnerConfig:
+    t = cfg.trainer
+    return LearnerConfig(
+        lr=t.lr,
+        epochs=t.epochs,
+        micro_batch_tokens=t.micro_batch_tokens,
+        max_grad_norm=t.max_grad_norm,
+        temperature=cfg.model.temperature,
+        clip=ClipConfig(clip_low=t.clip_low, clip_high=t.clip_high, tis_cap=t.tis_cap, agg=t.agg),
+        kl_coef=t.kl_coef,
+        kl_estimator=t.kl_estimator,
+        compile=t.compile,
+        gradient_checkpointing=t.gradient_checkpointing,
+    )
+
+
+def _warm_start(
+    cfg: RunConfig,
+    bundle: Any,
+    env: Any,
+    probe: Any,
+    policy: Policy,
+    reward: Any,
+    run_dir: Path,
+    bars: QuietProgress,
+) -> dict[str, float]:
+    """SFT on the reference agent (see `warm_start`), then the evaluation RL must beat."""
+    ws = cfg.warm_start
+    assert ws is not None
+    tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
+    m = warm_start(
+        bundle,
+        env,
+        probe,
+        policy.parser,
+        reward,
+        cfg.rollout,
+        run_dir,
+        tasks=tasks,
+        lr=ws.lr,
+        epochs=ws.epochs,
+        micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+        done=_done_episodes(run_dir / "warm_start", 0),
+        progress=bars,
+    )
+    append_metrics(run_dir, {"step": 0, "phase": "warm_start", **m})
+    bars.line(
+        f"warm start: SFT on {m['warm_start/kept']:.0f} reference episodes, NLL "
+        f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
+        f"{m['time/warm_start_s']:.1f} s"
+    )
+    return _evaluate(cfg, env, probe, policy, reward, run_dir, 0, bars, "warm_start")
 
 
 def _evaluate(
@@ -231,10 +300,16 @@ def _evaluate(
     reward: Any,
     run_dir: Path,
     step: int,
-    log: Log,
+    bars: QuietProgress,
+    stage: str = "train",
 ) -> dict[str, float]:
+    """The eval split's success at this point: ``stage`` is ``baseline`` (the model as
+    loaded), ``warm_start`` (after the warm start) or ``train`` (after `step` RL steps).
+    Episodes already written for this evaluation (before a crash) are reused."""
     split = cfg.env.eval_split
     tasks = probe.sample_tasks(cfg.env.eval_tasks, seed=cfg.trainer.seed, split=split)
+    folder = run_dir / "eval" / stage if stage == "warm_start" else run_dir / "eval"
+    bars.phase(f"eval {split} ({stage} {step})", len(tasks))
     groups = asyncio.run(
         run_groups(
             env,
@@ -243,8 +318,9 @@ def _evaluate(
             cfg.rollout,
             group_size=1,
             seed=10**6 + step,
-            writer=EpisodeWriter(run_dir / "eval", step),
-            done=_done_episodes(run_dir / "eval", step),
+            writer=EpisodeWriter(folder, step),
+            done=_done_episodes(folder, step),
+            on_episode=bars.advance,
         )
     )
     rewards = [reward(g[0]) for g in groups]
@@ -252,6 +328,6 @@ def _evaluate(
         f"eval/{split}/success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
         f"eval/{split}/reward_mean": sum(rewards) / len(rewards),
     }
-    append_metrics(run_dir, {"step": step, "phase": "eval", **m})
-    log(f"eval at step {step}: {split} success {m[f'eval/{split}/success_rate']:.3f}")
+    append_metrics(run_dir, {"step": step, "phase": "eval", "stage": stage, **m})
+    bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
     return m

@@ -54,8 +54,10 @@ def sft(
     epochs: int = 1,
     micro_batch_tokens: int = 4096,
     max_grad_norm: float = 1.0,
+    progress: Any = None,
 ) -> list[float]:
-    """Train; returns the mean NLL per epoch (over policy tokens)."""
+    """Train; returns the mean NLL per epoch (over policy tokens). `progress` (a
+    `tracerl.report.progress` object) gets a phase with one tick per micro-batch."""
     if not trajectories:
         raise ValueError("sft: no trajectories to learn from (none successful?)")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -63,6 +65,8 @@ def sft(
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
     if total == 0:
         raise ValueError("sft: the trajectories hold no policy tokens; nothing to imitate")
+    if progress is not None:
+        progress.phase("SFT micro-batches", epochs * len(batches))
     history = []
     for _ in range(epochs):
         nll = 0.0
@@ -77,5 +81,7 @@ def sft(
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()
             nll += loss.item() * tokens / total
+            if progress is not None:
+                progress.advance()
         history.append(nll)
     return history

@@ -74,6 +74,7 @@ class SearchEnv(ToolEnv):
         retriever: str = "bm25",
         retriever_timeout_s: float = 5.0,
         side_effect_guard: str = "dry_run",
+        max_hops: int | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"search env: protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -85,6 +86,8 @@ class SearchEnv(ToolEnv):
             snippet_chars,
         )
         self.corpus = load_corpus(corpus)
+        self.max_hops = max_hops
+        """Only questions of at most this many hops (None: all) are sampled."""
         # "bm25": the in-process index; "http://host:port": a Search-R1 retrieval server
         # serving the same corpus (its outages become environment faults).
         self.retriever_spec = retriever
@@ -186,10 +189,13 @@ class SearchEnv(ToolEnv):
         return StepResult([], terminated=True, info={"answer": self.answer})
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-        return task_sets.sample(self.corpus_name, split, n, seed)
+        return task_sets.sample(self.corpus_name, split, n, seed, max_hops=self.max_hops)
 
     def check_script(self, task: dict[str, Any]) -> list[Action]:
-        return oracle_actions(self.corpus, task)
+        actions = oracle_actions(self.corpus, task)
+        if self.protocol == "search_r1":  # the answer is a tag, not a tool call (no citations)
+            actions[-1] = Action(text="", answer=task["answers"][0])
+        return actions
 
 
 def oracle_actions(corpus: Corpus, task: dict[str, Any]) -> list[Action]:

@@ -68,8 +68,11 @@ def split(corpus: str, name: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def sample(corpus: str, name: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    pool = split(corpus, name)
+def sample(
+    corpus: str, name: str, n: int, seed: int = 0, *, max_hops: int | None = None
+) -> list[dict[str, Any]]:
+    """`n` questions of a split (without replacement), optionally of at most `max_hops`."""
+    pool = [q for q in split(corpus, name) if max_hops is None or q.get("hops", 1) <= max_hops]
     rng = random.Random(f"{corpus}:{name}:{seed}")
     return [dict(q) for q in rng.sample(pool, min(n, len(pool)))]
 

@@ -1,0 +1,122 @@
+"""Warm start: supervised fine-tuning on a reference agent's episodes, before RL.
+
+A 135M model has never seen this environment's action format, so it succeeds on no task and
+GRPO has no signal (every group scores 0: zero advantage everywhere). The warm start gives it
+the format:
+
+    the environment's own reference script (`env.check_script(task)`, what `check-env` runs)
+    -> written in the model's action format by the parser (`format_calls`, `format_answer`)
+    -> played through the rollout engine by a scripted sampler, exactly like model episodes
+       (same template, same provenance masks, same receipts; written to ``warm_start/``)
+    -> scored by the run's reward; successful, gradient-eligible episodes only
+    -> `sft`: loss on the policy tokens only (the reference's own turns).
+
+Its cost and effect are reported apart from RL: an evaluation right after the warm start is
+the baseline that GRPO has to beat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tracerl.envs.parsers import ActionParser
+from tracerl.rollout import ScriptedSampler
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.persist import EpisodeWriter
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.sft import sft
+
+
+def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> list[str]:
+    """The reference agent's turns for `task`, as this model family writes them."""
+    texts = []
+    for action in env.check_script(task):
+        if action.tool_calls:
+            calls = [(c.name, c.arguments) for c in action.tool_calls]
+            texts.append(parser.format_calls(calls))
+        elif action.answer is not None:
+            texts.append(parser.format_answer(action.answer))
+        else:
+            texts.append(action.text)
+    return texts
+
+
+def task_of(episode_id: str) -> str:
+    """The task id inside a group episode id (``<task>:s<seed>[:t<i>]:g<g>``)."""
+    return episode_id.rsplit(":s", 1)[0]
+
+
+def reference_policy(
+    bundle: Any, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
+) -> Policy:
+    """A policy that plays `probe.check_script` for each of `tasks`, turn by turn."""
+    scripts = {t["id"]: reference_texts(probe, t, parser) for t in tasks}
+
+    def turn(request: Any) -> str:
+        texts = scripts[task_of(request.episode_id)]
+        return texts[min(request.turn, len(texts) - 1)]
+
+    sampler = ScriptedSampler.from_texts(bundle.renderer, turn, logprob=0.0)
+    return Policy.from_bundle(bundle, sampler, parser)
+
+
+def warm_start(
+    bundle: Any,
+    env: Callable[[], Any],
+    probe: Any,
+    parser: ActionParser,
+    reward: Callable[[Episode], float],
+    rollout: RolloutConfig,
+    run_dir: Path,
+    *,
+    tasks: list[dict[str, Any]],
+    lr: float,
+    epochs: int,
+    micro_batch_tokens: int,
+    done: dict[str, Episode] | None = None,
+    progress: Any = None,
+) -> dict[str, float]:
+    """Play the reference on `tasks`, keep its successes, fine-tune `bundle.model` on them."""
+    t0 = time.perf_counter()
+    if progress is not None:
+        progress.phase("warm-start episodes", len(tasks))
+    groups = asyncio.run(
+        run_groups(
+            env,
+            tasks,
+            reference_policy(bundle, probe, tasks, parser),
+            rollout,
+            group_size=1,
+            seed=0,
+            writer=EpisodeWriter(run_dir / "warm_start", 0),
+            done=done,
+            on_episode=None if progress is None else progress.advance,
+        )
+    )
+    episodes = [g[0] for g in groups]
+    kept = [e for e in episodes if e.gradient_eligible and reward(e) >= 1.0]
+    if not kept:
+        raise RuntimeError(
+            f"warm start: the reference agent succeeded on none of {len(episodes)} tasks; "
+            "check the environment's check_script with `tracerl check-env`"
+        )
+    history = sft(
+        bundle.model,
+        [t for e in kept for t in e.trajectories],
+        lr=lr,
+        epochs=epochs,
+        micro_batch_tokens=micro_batch_tokens,
+        progress=progress,
+    )
+    return {
+        "warm_start/episodes": float(len(episodes)),
+        "warm_start/kept": float(len(kept)),
+        "warm_start/nll_first_epoch": history[0],
+        "warm_start/nll_last_epoch": history[-1],
+        "time/warm_start_s": time.perf_counter() - t0,
+    }
