@@ -27,8 +27,12 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# The rollout engine under injected faults (~30 s), then SmolLM2 learning to search
+# (configs/demo.yaml, ~10 min on 2 cores); each run starts fresh.
 demo: $(STAMP)
 	$(VENV)/bin/tracerl demo
+	rm -rf runs/demo-search
+	$(VENV)/bin/tracerl train configs/demo.yaml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
@@ -42,4 +46,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs/demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache

@@ -169,6 +169,38 @@ def train(
             run_training(cfg, resume=resume, progress=bars)
     except RunExistsError as e:
         raise _fail(str(e)) from None
+    _print_evals(cfg.run_dir)
+
+
+def _print_evals(run_dir: Path) -> None:
+    """The run's evaluations side by side, and the headline: baseline vs final."""
+    from rich.table import Table
+
+    from tracerl.train.loop import eval_history
+
+    history = eval_history(run_dir)
+    if not history:
+        return
+    table = Table(title=f"evaluations of {run_dir}")
+    for col in ("stage", "after RL step", "split", "success", "mean reward"):
+        table.add_column(col)
+    for h in history:
+        table.add_row(
+            h["stage"],
+            str(h["step"]),
+            h["split"],
+            f"{h['success_rate']:.3f}",
+            f"{h['reward_mean']:.3f}",
+        )
+    console.print(table)
+    first, last = history[0], history[-1]
+    line = f"{first['split']} success: baseline {first['success_rate']:.3f}"
+    warm = [h for h in history if h["stage"] == "warm_start"]
+    if warm:
+        line += f", after the warm start {warm[-1]['success_rate']:.3f}"
+    if last["stage"] == "train":
+        line += f", after {last['step']} GRPO steps {last['success_rate']:.3f}"
+    console.print(line, markup=False)
 
 
 @app.command()

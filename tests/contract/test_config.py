@@ -37,3 +37,27 @@ def test_train_command_refuses_bad_config_before_loading_anything(tmp_path):
     assert result.exit_code == 2 and "trainer.lr" in result.output
     missing = CliRunner().invoke(app, ["train", str(tmp_path / "nope.yaml")])
     assert missing.exit_code == 2 and "no such config file" in missing.output
+
+
+@pytest.mark.parametrize("path", ["configs/demo.yaml", "configs/learn-arithmetic.yaml"])
+def test_shipped_configs_are_valid_and_their_env_builds(path):
+    from tracerl.envs import get_parser, make
+
+    cfg = load_config(path)
+    env = make(cfg.env.name, **cfg.env.kwargs)
+    if cfg.env.parser:
+        get_parser(cfg.env.parser)
+    tasks = env.sample_tasks(cfg.env.eval_tasks, split=cfg.env.eval_split)
+    assert len(tasks) == cfg.env.eval_tasks  # the split is large enough
+    if "max_hops" in cfg.env.kwargs:
+        assert all(t["hops"] <= cfg.env.kwargs["max_hops"] for t in tasks)
+
+
+def test_lora_and_warm_start_sections_validate():
+    cfg = load_config(None, ["model.lora.r=8", "warm_start.tasks=4"])
+    assert cfg.model.lora.r == 8 and cfg.model.lora.alpha == 32
+    assert cfg.warm_start.tasks == 4 and cfg.warm_start.epochs == 1
+    with pytest.raises(ConfigError, match=r"model\.lora\.rank: Extra inputs"):
+        load_config(None, ["model.lora.rank=8"])
+    with pytest.raises(ConfigError, match=r"model\.dtype: Input should be"):
+        load_config(None, ["model.dtype=fp8"])

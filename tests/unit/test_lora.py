@@ -19,7 +19,6 @@ from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import Reference, apply_lora, is_lora, trainable_state
 
-pytest.importorskip("peft")
 CFG = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=6, reserve=None)
 
 

@@ -108,6 +108,25 @@ def _trim_metrics(run_dir: Path, step: int | None) -> None:
     tmp.replace(path)
 
 
+def eval_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean}``."""
+    out = []
+    for row in _metric_rows(run_dir):
+        if row.get("phase") != "eval":
+            continue
+        split = next(k.split("/")[1] for k in row if k.endswith("/success_rate"))
+        out.append(
+            {
+                "stage": row.get("stage", "train"),
+                "step": row["step"],
+                "split": split,
+                "success_rate": row[f"eval/{split}/success_rate"],
+                "reward_mean": row[f"eval/{split}/reward_mean"],
+            }
+        )
+    return out
+
+
 def _has_eval(run_dir: Path, step: int) -> bool:
     return any(r.get("phase") == "eval" and r.get("step") == step for r in _metric_rows(run_dir))
 
