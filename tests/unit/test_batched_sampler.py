@@ -120,3 +120,37 @@ def test_the_sampler_works_across_event_loops(bundle):
     assert [r.token_ids for r in first] == [r.token_ids for r in second]
     assert {r.policy_version for r in first} == {0} and {r.policy_version for r in second} == {1}
     assert sampler.stats.batches == 2
+
+
+def test_inverse_cdf_draws_follow_the_distribution_and_never_pick_impossible_tokens():
+    from tracerl.rollout.sampler import draw
+
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3, 0.0])
+    u = torch.rand(40_000, generator=torch.Generator().manual_seed(0))
+    logp = torch.log(probs).expand(len(u), -1)
+    tokens = draw(logp, u)
+    freq = torch.bincount(tokens, minlength=5).float() / len(u)
+    assert torch.allclose(freq, probs, atol=0.01)
+    assert freq[1] == 0 and freq[4] == 0  # zero-probability tokens are never drawn
+    edges = draw(torch.log(probs)[None].expand(2, -1), torch.tensor([0.0, 1.0]))
+    assert edges.tolist() == [0, 3]  # the first and the last possible tokens
+
+
+def test_rows_that_stop_early_leave_the_batch_without_changing_the_others(bundle):
+    prompts = _prompts(bundle, 4)
+    probe = HFSampler(bundle.model, temperature=1.0)
+    first = probe.generate(prompts[0], max_tokens=1, stop_token_ids=(), seed=7).token_ids[0]
+    # request 0 stops on its first token; the others run 10 tokens
+    requests = [
+        SampleRequest(prompts[0], max_tokens=10, stop_token_ids=frozenset({first}), seed=7),
+        *(SampleRequest(p, max_tokens=10 - i, seed=20 + i) for i, p in enumerate(prompts[1:])),
+    ]
+    sampler = BatchedHFSampler(bundle.model, temperature=1.0)
+    results = sampler.generate_batch(requests)
+    assert results[0].token_ids == [first] and results[0].finish_reason == "stop"
+    for req, res in zip(requests[1:], results[1:], strict=True):
+        alone = probe.generate(
+            req.prompt_ids, max_tokens=req.max_tokens, stop_token_ids=(), seed=req.seed
+        )
+        assert res.token_ids == alone.token_ids and len(res.token_ids) == req.max_tokens
+        assert torch.allclose(torch.tensor(res.logprobs), torch.tensor(alone.logprobs), atol=1e-4)

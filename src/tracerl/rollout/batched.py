@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword
+from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
 Pending = tuple[SampleRequest, "asyncio.Future[SampleResult]"]
 
@@ -187,23 +187,28 @@ class BatchedHFSampler:
             pos_B_T = (mask_B_T.cumsum(-1) - 1).clamp(min=0)
             logits_B_V, cache = self._forward(ids_B_T, mask_B_T, pos_B_T, None)
             len_B = mask_B_T.sum(-1)
+            rows = list(range(n_B))  # the requests still in the batch, in batch order
             for step in range(max(r.max_tokens for r in requests)):
                 logp_B_V = torch.log_softmax(logits_B_V.float() / self.temperature, dim=-1)
-                next_B = torch.full((n_B,), self.pad_token_id, dtype=torch.long)
-                for b, req in enumerate(requests):
-                    if done[b]:
-                        continue
-                    tok = int(torch.multinomial(logp_B_V[b].exp(), 1, generator=gens[b]))
-                    next_B[b] = tok
+                uniforms_B = torch.cat([torch.rand(1, generator=gens[b]) for b in rows])
+                next_B = draw(logp_B_V, uniforms_B)
+                for i, b in enumerate(rows):
+                    tok = int(next_B[i])
                     tokens[b].append(tok)
-                    logprobs[b].append(float(logp_B_V[b, tok]))
-                    if tok in req.stop_token_ids:
+                    logprobs[b].append(float(logp_B_V[i, tok]))
+                    if tok in requests[b].stop_token_ids:
                         finish[b], done[b] = "stop", True
-                    elif len(tokens[b]) >= req.max_tokens:
+                    elif len(tokens[b]) >= requests[b].max_tokens:
                         done[b] = True
                 if all(done):
                     break
-                mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(n_B, 1)], dim=-1)
+                keep = [i for i, b in enumerate(rows) if not done[b]]
+                if len(keep) < len(rows):  # finished rows leave the batch (and the KV cache)
+                    index = torch.tensor(keep)
+                    cache.batch_select_indices(index.to(self.model.device))
+                    rows = [rows[i] for i in keep]
+                    next_B, mask_B_T, len_B = next_B[index], mask_B_T[index], len_B[index]
+                mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
                 pos_B_1 = (len_B + step)[:, None]
                 logits_B_V, cache = self._forward(next_B[:, None], mask_B_T, pos_B_1, cache)
         return [

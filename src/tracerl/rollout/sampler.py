@@ -24,6 +24,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+def draw(logp_B_V: Any, uniforms_B: Any) -> Any:
+    """Inverse-CDF sampling: row b's token is the first whose cumulative probability reaches
+    ``uniforms_B[b]`` of the row's total. One uniform per row (drawn from that request's own
+    generator, so a seeded request's tokens do not depend on its batch), one cumsum and one
+    search for the whole batch — instead of an exponential draw over the 49k vocabulary per
+    row, which `torch.multinomial` makes. Both samplers use it, so they agree token for token.
+    """
+    import torch
+
+    cdf_B_V = logp_B_V.exp().cumsum(-1)
+    target_B_1 = uniforms_B[:, None].to(cdf_B_V.dtype) * cdf_B_V[:, -1:]
+    idx_B = torch.searchsorted(cdf_B_V, target_B_1)[:, 0]
+    return idx_B.clamp(max=cdf_B_V.shape[-1] - 1)
+
+
 @dataclass(frozen=True)
 class SampleRequest:
     """One model turn to sample.
@@ -136,7 +151,7 @@ class HFSampler:
                 past = getattr(res, self._cache_kw)
                 logits_V = res.logits[0, -1].float().cpu()  # sampling stays on the CPU
                 logp_V = torch.log_softmax(logits_V / self.temperature, dim=-1)
-                tok = int(torch.multinomial(logp_V.exp(), 1, generator=gen))
+                tok = int(draw(logp_V[None], torch.rand(1, generator=gen))[0])
                 out.append(tok)
                 logprobs.append(float(logp_V[tok]))
                 if tok in stops:
