@@ -1,6 +1,8 @@
 """`tracerl train`: synchronous GRPO on a real environment, with evaluation and checkpoints.
 
-    baseline evaluation on the eval split (step 0 only)
+    baseline evaluation on the eval split (stage "baseline")
+    optional warm start: SFT on the env's reference agent, evaluation (stage "warm_start"),
+        checkpoint "step -1"
     for each step:
         the step's tasks (a function of seed and step: the data order survives a resume)
         -> grpo_step: sample G episodes per task (each written to the run directory as it

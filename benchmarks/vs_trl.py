@@ -1,0 +1,785 @@
+"""Our GRPO step against TRL's GRPOTrainer: same model, task, prompts, reward, group size.
+
+Run: .venv/bin/python benchmarks/vs_trl.py [--mode single|multi|both] [--steps 3]
+     [--repeats 2] [--model smollm2-135m-instruct] [--trl-gradient-checkpointing both|on|off]
+     [--ours-gradient-checkpointing off|on] [--micro-batch-tokens 1024] [--no-warm-start]
+     [--warm-tasks 48] [--warm-epochs 1]
+Smoke test (seconds, random weights): --model tiny-random --steps 2 --repeats 1
+
+One step, on both sides: 4 prompts x 4 completions (group size 4) sampled at temperature 1.0,
+rewarded, group-normalized advantages, one optimizer update on all 16 completions (beta 0: no
+reference model, no KL; one iteration; learning rate 1e-6; gradient clipping at 1.0).
+
+  trl   TRL 1.16 `GRPOTrainer` (CPU, fp32): per_device_train_batch_size=16,
+        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, beta=0,
+        num_generations=4, shuffle_dataset=False; logging, saving and reporting off.
+        TRL's other defaults are kept. Gradient checkpointing is on by default in TRL, but
+        the colleague's reference figures below look like TRL without it, so by default
+        (--trl-gradient-checkpointing both) TRL runs twice per alternation, with it and
+        without it, and ours is compared with each; `on` or `off` runs one of them. Its model
+        object is the one our loader returns (`bundle.model`, `bundle.tokenizer`): nothing is
+        downloaded.
+  ours  `tracerl.train.grpo.grpo_step` with `BatchedHFSampler` (all 16 episodes in one batched
+        forward per decode step) and `Learner` (chunked log-probs; micro-batches of at most
+        --micro-batch-tokens tokens, 1024 by default, which keeps activation memory down;
+        gradient checkpointing of the decoder layers only with
+        --ours-gradient-checkpointing on, `LearnerConfig.gradient_checkpointing`).
+
+Tasks:
+
+  single  the registered `arithmetic` env: prompts "3+4=" (SmolLM2's own chat template),
+          reward `digit_reward` (0.5 for answering with a digit, 0.5 more for the right one),
+          at most 64 completion tokens.
+  multi   a benchmark-local tool env: "what is stored under key K?" with one tool,
+          `lookup(key)`, whose calls take 0.5 s. Up to 3 model turns of at most 64 tokens and
+          2 tool rounds. Reward: 0.5 for calling the tool, 0.5 for the stored value in the
+          final answer. TRL gets the equivalent sync python function (time.sleep(0.5)) via
+          `tools=[lookup]` and runs a batch's tool calls one after another; our tool is
+          `async` (asyncio.sleep(0.5)) and our runner runs the 16 episodes concurrently.
+          Both sides start from the same tool-calling checkpoint (the warm start, below).
+
+Each side (and the warm start) runs in its own subprocess (peak RSS = that process's
+ru_maxrss, model load included; TRL's process also imports trl, datasets and accelerate),
+alternating TRL (with, then without gradient checkpointing), ours, TRL, ... (--repeats
+alternations). In each run the first of the --steps steps is a warm-up and is discarded; the
+step time is the mean of the others (TRL: the wall time between consecutive `on_step_end`
+callbacks, generation and tool calls included). Printed per side: step time, policy tokens
+sampled per step (EOS included, tool output excluded), prompt tokens per step, tool calls
+executed per step, reward mean, peak RSS; then ours/TRL ratios against each TRL setting and
+whether the issue's targets hold (single: time <= 0.6x, RSS <= 0.5x; multi: time <= 0.3x,
+RSS <= 0.5x). A colleague measured TRL on this machine (2 CPU cores) at ~16.5 s/step and
+7.0 GB peak RSS single-turn, and ~14.9 GB peak multi-turn.
+
+Fairness notes:
+
+* Tool calls. SmolLM2's chat template does not render tools, so TRL refuses it
+  ("does not support tool calling") and has no response parser for it. For --mode multi both
+  sides therefore use TRL's bundled Qwen2.5 chat template (trl/chat_templates/qwen2_5.jinja,
+  read from the installed package): it is ChatML like SmolLM2's (same <|im_start|>/<|im_end|>
+  tokens), renders tools in the system prompt, is prefix-preserving, and TRL recognizes it
+  (`add_response_schema` sets its Hermes-style `<tool_call>{json}</tool_call>` parser). TRL
+  gets it on a copy of the tokenizer; we pass it to a `ChatRenderer` and read calls with our
+  `hermes` parser. The system message is SmolLM2's own, so the template's Qwen default never
+  shows. The tool schema in the prompt is `transformers.utils.get_json_schema(lookup)` on
+  both sides (our env overrides `tool_schemas`), so the prompts are the same tokens (the
+  printed prompt tokens per step agree; the context after a tool result was checked token
+  for token against TRL's, with scripted calls).
+* Tool-call rate and the warm start. The prompt spells out the call ('Reply with only the
+  tool call, like this: <tool_call>...'), yet untrained SmolLM2-135M-Instruct almost never
+  calls the tool: in probes at temperature 1.0 (first turns, our sampler, this template),
+  0 of 32 completions with this prompt, 1 of 32 without its last sentence, 0 of 32 with a
+  one-shot worked example added, 0 of 16 with "just copy this call". A comparison on that
+  model would measure longer prompts, not tool waits. So --mode multi first builds a
+  tool-calling SmolLM2 by a short supervised warm start, with our own machinery: the
+  environment's reference script (`LookupEnv.check_script`: call `lookup(key)`, then answer
+  with the value) is played through our rollout engine by a scripted sampler
+  (`tracerl.train.warm_start.reference_policy`, this template, the `hermes` parser) on
+  --warm-tasks (48) tasks whose keys are disjoint from the measured ones, then
+  `tracerl.train.sft.sft` (lr 5e-5, --warm-epochs (1), micro-batches of 2048 tokens) trains
+  on the policy tokens of those episodes (each episode is ~350 tokens, ~34 of them the
+  policy's; the whole sequence goes through forward and backward, so the cost grows with
+  tasks x epochs). The checkpoint is saved once (under
+  $TRACERL_CACHE/benchmarks/, keyed by model id, template and recipe) and both TRL and ours
+  load that same folder, so both sides run the same weights. When it is built, the share of
+  first turns that call the tool is measured on our side (the first step's 4 prompts x 4,
+  temperature 1.0) and printed with each run (stored with the checkpoint); the printed tool
+  calls per step of each side show the rate during the measured steps. The warm start's
+  cost is not part of either side's time. --no-warm-start compares the untrained model
+  instead (about 0-1 tool calls per step of 16 on either side). `--model tiny-random` never
+  calls the tool, warm start or not.
+* A malformed call: TRL treats it as plain text (the completion ends); we run with
+  `max_parse_errors=1`, so the episode ends too (`parse_error_limit`) instead of the model
+  being shown the error and given another turn.
+* Lengths: TRL has one cap over a whole multi-turn completion, tool output included
+  (`max_completion_length`, 320 here: never reached by 3 turns of 64 and 2 short results)
+  and samples each turn with `generation_kwargs={"max_new_tokens": 64}`; we cap each turn at
+  64 tokens (`max_turn_tokens`). EOS is <|im_end|> on both sides and counts as a sampled
+  token; TRL also stops at the model's generation-config EOS ids (the same id here).
+* The completions differ (different RNG streams), so token counts per step differ a little;
+  they are printed. Both sides sample with no top-k/top-p, temperature 1.0.
+* Losses: TRL's default `loss_type="dapo"` (token-level, normalized over the batch) vs our
+  `ppo_clip` with `token-mean`; same clip range 0.2. Neither side runs an extra pass for
+  the old log-probs (one iteration: TRL detaches the current ones; our learner detaches
+  its first epoch's forward). TRL computes log-probs from full [B, T, V] logits, we in
+  checkpointed chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers.utils import get_json_schema
+
+from tracerl.cache import cache_dir, save_folder_atomically
+from tracerl.envs import Action, ToolEnv, get_parser, make, tool
+from tracerl.envs.arithmetic import digit_reward
+from tracerl.models import ChatRenderer, load
+from tracerl.rollout import BatchedHFSampler
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.grpo import GRPOConfig, grpo_step
+from tracerl.train.learner import Learner, LearnerConfig
+from tracerl.train.sft import sft
+from tracerl.train.warm_start import reference_policy
+from tracerl.types import Source, ToolCall
+
+PROMPTS = 4  # prompts per step
+GROUP = 4  # completions per prompt
+TURN_TOKENS = 64
+TURNS = 3  # multi-turn: model turns per episode
+TOOL_ROUNDS = 2  # multi-turn: tool rounds per episode
+TRL_MULTI_COMPLETION = 320  # TRL's cap on a whole multi-turn completion (tool output included)
+TOOL_LATENCY_S = 0.5
+LR = 1e-6
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+KEYS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")  # measured
+WARM_KEYS = (  # the warm start's keys: disjoint from KEYS
+    "india", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
+    "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray",
+    "yankee", "zulu", "apple", "banana", "cherry", "grape", "lemon", "mango",
+    "orange", "peach", "pear", "plum", "tiger", "zebra", "otter", "panda",
+    "koala", "eagle", "shark", "whale", "horse", "camel", "amber", "azure",
+    "coral", "crimson", "indigo", "ivory", "olive", "silver", "violet", "scarlet",
+)  # fmt: skip
+STORE = {k: str(random.Random(f"vs_trl:{k}").randint(100, 999)) for k in KEYS + WARM_KEYS}
+WARM_LR = 5e-5
+WARM_MICRO_BATCH_TOKENS = 2048
+WARM_RECIPE = "1"  # bump when the warm start changes: a new cached checkpoint
+WARM_META = "vs_trl_warm.json"
+TARGETS = {"single": (0.6, 0.5), "multi": (0.3, 0.5)}  # ours/TRL: step time, peak RSS
+REFERENCE = {"single": "~16.5 s/step, 7.0 GB", "multi": "~14.9 GB peak"}
+RESULT = "VS_TRL_RESULT "
+
+CALLS = 0  # tool calls executed in this process (both sides count the same way)
+
+
+# ---- the task, shared by both sides --------------------------------------------------------
+def lookup(key: str) -> str:
+    """Look up the value stored under a key.
+
+    Args:
+        key: the key to look up, e.g. "alpha".
+    """
+    global CALLS
+    CALLS += 1
+    time.sleep(TOOL_LATENCY_S)  # TRL's side: a blocking call, as most python tools are
+    return STORE.get(key, f"no value is stored under {key!r}")
+
+
+def tool_template() -> str:
+    """TRL's bundled Qwen2.5 chat template, read from the installed package (no import)."""
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("trl is not installed: pip install 'trl==1.16.*'")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    return (root / "chat_templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
+
+
+def single_tasks(n: int) -> list[dict[str, Any]]:
+    pool = make("arithmetic").sample_tasks(100, seed=0)
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def multi_tasks(n: int) -> list[dict[str, Any]]:
+    keys = [KEYS[i % len(KEYS)] for i in range(n)]
+    return [{"id": f"lookup-{i}-{k}", "key": k, "answers": [STORE[k]]} for i, k in enumerate(keys)]
+
+
+def warm_tasks(n: int) -> list[dict[str, Any]]:
+    """The warm start's tasks: keys disjoint from the measured ones (cycled past 48)."""
+    keys = [WARM_KEYS[i % len(WARM_KEYS)] for i in range(n)]
+    return [{"id": f"warm-{i}-{k}", "key": k, "answers": [STORE[k]]} for i, k in enumerate(keys)]
+
+
+def call_text(key: str) -> str:
+    """A Hermes-style call, as both sides' parsers read it."""
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": "lookup", "arguments": {"key": key}})
+        + "\n</tool_call>"
+    )
+
+
+def multi_messages(task: dict[str, Any]) -> list[dict[str, str]]:
+    """The question, spelling out the call (an untrained 135M model seldom calls otherwise)."""
+    key = task["key"]
+    ask = (
+        f'Look up the key "{key}" with the lookup tool. Reply with only the tool call, like '
+        f"this:\n{call_text(key)}\nWhen you get the result, answer with the value only."
+    )
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}]
+
+
+def lookup_reward(called: bool, answer: str, gold: str) -> float:
+    return 0.5 * called + 0.5 * (gold in answer)
+
+
+# ---- our side -------------------------------------------------------------------------------
+class LookupEnv(ToolEnv):
+    name = "vs_trl_lookup"
+    version = "1.0"
+
+    @tool(effect="read", timeout_s=5.0, version="1")
+    async def lookup(self, key: str) -> str:
+        """Look up the value stored under a key.
+
+        Args:
+            key: the key to look up, e.g. "alpha".
+        """
+        global CALLS
+        CALLS += 1
+        await asyncio.sleep(TOOL_LATENCY_S)
+        return STORE.get(key, f"no value is stored under {key!r}")
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [get_json_schema(lookup)]  # the schema TRL renders: the same prompt tokens
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, str]]:
+        return multi_messages(task)
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+        return multi_tasks(n)
+
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        """The reference agent (the warm start imitates it): look the key up, answer."""
+        call = ToolCall("call_0_0", "lookup", {"key": task["key"]})
+        return [Action(text="", tool_calls=(call,)), Action(text="", answer=task["answers"][0])]
+
+
+def _texts(e: Episode) -> list[str]:
+    return [s.text or "" for t in e.trajectories for s in t.policy_segments()]
+
+
+def _prompt_tokens(e: Episode) -> int:
+    """Tokens before the first sampled one (the prompt and the template's assistant header)."""
+    sources = e.trajectories[0].sources
+    return sources.index(Source.POLICY) if Source.POLICY in sources else len(sources)
+
+
+def single_reward_ours(e: Episode) -> float:
+    texts = _texts(e)
+    return digit_reward(texts[0] if texts else "", e.receipt.task["answers"][0])
+
+
+def multi_reward_ours(e: Episode) -> float:
+    texts = _texts(e)
+    called = e.receipt.ledger["used"]["tool_calls"] > 0
+    return lookup_reward(called, texts[-1] if texts else "", e.receipt.task["answers"][0])
+
+
+def multi_rollout() -> RolloutConfig:
+    return RolloutConfig(
+        budgets=Budgets(steps=TURNS, tool_calls=TOOL_ROUNDS, sampled_tokens=None),
+        reserve=None,
+        max_turn_tokens=TURN_TOKENS,
+        max_parse_errors=1,
+    )
+
+
+def tool_bundle(bundle: Any) -> Any:
+    """`bundle` rendering with TRL's Qwen2.5 template (tools in the system prompt)."""
+    return dataclasses.replace(
+        bundle, renderer=ChatRenderer(bundle.tokenizer, chat_template=tool_template())
+    )
+
+
+def run_ours(
+    mode: str, steps: int, spec: str, micro_batch_tokens: int, gradient_checkpointing: bool
+) -> dict[str, Any]:
+    bundle = load(spec)
+    loaded_gb = _rss_gb()
+    sampler = BatchedHFSampler(
+        bundle.model, temperature=1.0, seed=0, max_batch_size=PROMPTS * GROUP
+    )
+    policy = Policy.from_bundle(bundle, sampler, get_parser("hermes"))
+    learner_cfg = LearnerConfig(
+        lr=LR,
+        temperature=1.0,
+        micro_batch_tokens=micro_batch_tokens,
+        gradient_checkpointing=gradient_checkpointing,
+    )
+    learner = Learner(bundle.model, learner_cfg)
+    if mode == "single":
+        env, tasks, reward = "arithmetic", single_tasks(PROMPTS * steps), single_reward_ours
+        rollout = RolloutConfig(budgets=Budgets(steps=1), reserve=None, max_turn_tokens=TURN_TOKENS)
+    else:
+        env, tasks, reward = LookupEnv, multi_tasks(PROMPTS * steps), multi_reward_ours
+        policy = dataclasses.replace(policy, renderer=tool_bundle(bundle).renderer)
+        rollout = multi_rollout()
+    cfg = GRPOConfig(group_size=GROUP, rollout=rollout, max_concurrent_episodes=PROMPTS * GROUP)
+    rows = []
+    for i in range(steps):
+        calls = CALLS
+        t0 = time.perf_counter()
+        metrics, episodes = grpo_step(
+            env, tasks[PROMPTS * i : PROMPTS * (i + 1)], policy, learner, reward, cfg, step=i
+        )
+        rows.append(
+            {
+                "time_s": time.perf_counter() - t0,
+                "tokens": sum(e.receipt.ledger["used"]["sampled_tokens"] for e in episodes),
+                "prompt_tokens": sum(_prompt_tokens(e) for e in episodes),
+                "tool_calls": CALLS - calls,
+                "reward": metrics["train/reward_mean"],
+            }
+        )
+    return {"steps": rows, "rss_loaded_gb": loaded_gb, "model_id": bundle.model_id}
+
+
+# ---- TRL's side -----------------------------------------------------------------------------
+def _last(metrics: dict[str, list[float]], key: str) -> float:
+    values = metrics.get(key) or [float("nan")]
+    return float(values[-1])
+
+
+def run_trl(mode: str, steps: int, spec: str, gradient_checkpointing: bool) -> dict[str, Any]:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer
+
+    bundle = load(spec)
+    loaded_gb = _rss_gb()
+    tokenizer = copy.deepcopy(bundle.tokenizer)
+    n = PROMPTS * steps
+    extra: dict[str, Any] = {}
+    if mode == "single":
+        tasks = single_tasks(n)
+        data = [
+            {
+                "prompt": [{"role": "user", "content": f"{t['a']}+{t['b']}="}],
+                "gold": t["answers"][0],
+            }
+            for t in tasks
+        ]
+
+        def reward(completions: list[list[dict[str, Any]]], gold: list[str], **_: Any):
+            return [
+                digit_reward(c[-1].get("content") or "", g)
+                for c, g in zip(completions, gold, strict=True)
+            ]
+
+        tools = None
+        max_completion = TURN_TOKENS
+    else:
+        tokenizer.chat_template = tool_template()
+        tasks = multi_tasks(n)
+        data = [{"prompt": multi_messages(t), "gold": t["answers"][0]} for t in tasks]
+
+        def reward(completions: list[list[dict[str, Any]]], gold: list[str], **_: Any):
+            out = []
+            for c, g in zip(completions, gold, strict=True):
+                said = [m.get("content") or "" for m in c if m["role"] == "assistant"]
+                called = any(m["role"] == "tool" for m in c)
+                out.append(lookup_reward(called, said[-1] if said else "", g))
+            return out
+
+        tools = [lookup]
+        max_completion = TRL_MULTI_COMPLETION
+        extra = {
+            "generation_kwargs": {"max_new_tokens": TURN_TOKENS},
+            "max_tool_calling_iterations": TOOL_ROUNDS,
+        }
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.rows: list[dict[str, float]] = []
+            self.trainer: Any = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t, self.calls, self.seen = time.perf_counter(), CALLS, state.num_input_tokens_seen
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.perf_counter()
+            m = self.trainer._metrics["train"]  # what TRL logs, read before it is averaged
+            tokens = _last(m, "completions/mean_length") * PROMPTS * GROUP  # tool output excluded
+            seen = state.num_input_tokens_seen  # prompt + policy tokens
+            self.rows.append(
+                {
+                    "time_s": now - self.t,
+                    "tokens": tokens,
+                    "prompt_tokens": seen - self.seen - tokens,
+                    "tool_calls": CALLS - self.calls,
+                    "reward": _last(m, "reward"),
+                }
+            )
+            self.t, self.calls, self.seen = time.perf_counter(), CALLS, seen
+
+    with tempfile.TemporaryDirectory(prefix="vs_trl_") as out:
+        args = TRLConfig(
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            report_to="none",
+            logging_strategy="no",
+            save_strategy="no",
+            eval_strategy="no",
+            disable_tqdm=True,
+            seed=0,
+            max_steps=steps,
+            learning_rate=LR,
+            per_device_train_batch_size=PROMPTS * GROUP,
+            gradient_accumulation_steps=1,
+            steps_per_generation=1,
+            num_iterations=1,
+            num_generations=GROUP,
+            beta=0.0,
+            temperature=1.0,
+            max_completion_length=max_completion,
+            shuffle_dataset=False,
+            gradient_checkpointing=gradient_checkpointing,
+            **extra,
+        )
+        timer = StepTimer()
+        trainer = GRPOTrainer(
+            model=bundle.model,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=Dataset.from_list(data),
+            processing_class=tokenizer,
+            tools=tools,
+            callbacks=[timer],
+        )
+        timer.trainer = trainer
+        trainer.train()
+    return {"steps": timer.rows, "rss_loaded_gb": loaded_gb, "model_id": bundle.model_id}
+
+
+# ---- the warm start (--mode multi) -----------------------------------------------------------
+def warm_folder(model_id: str, spec: str, n_tasks: int, epochs: int) -> Path:
+    """Where the warm-started checkpoint of this model, template and recipe is cached."""
+    key = {
+        "model": model_id,
+        "template": hashlib.sha256(tool_template().encode()).hexdigest(),
+        "prompt": multi_messages(warm_tasks(1)[0]),
+        "tasks": n_tasks,
+        "epochs": epochs,
+        "lr": WARM_LR,
+        "micro_batch_tokens": WARM_MICRO_BATCH_TOKENS,
+        "recipe": WARM_RECIPE,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec.removeprefix("hf:"))
+    return cache_dir() / "benchmarks" / f"vs_trl-warm-{slug[-40:]}-{digest}"
+
+
+def tool_call_rate(spec: str) -> dict[str, float]:
+    """Our side, first step's tasks (4 prompts x 4, temperature 1.0), whole episodes: the
+    share of first turns that call the tool, of episodes that ran a call, and the reward."""
+    bundle = tool_bundle(load(spec))
+    parser = get_parser("hermes")
+    sampler = BatchedHFSampler(
+        bundle.model, temperature=1.0, seed=0, max_batch_size=PROMPTS * GROUP
+    )
+    policy = Policy.from_bundle(bundle, sampler, parser)
+    groups = asyncio.run(
+        run_groups(
+            LookupEnv,
+            multi_tasks(PROMPTS),
+            policy,
+            multi_rollout(),
+            group_size=GROUP,
+            max_concurrent_episodes=PROMPTS * GROUP,
+        )
+    )
+    episodes = [e for g in groups for e in g]
+    firsts = [(_texts(e) or [""])[0] for e in episodes]
+    first_calls = sum(bool(parser.parse(t, step=0).tool_calls) for t in firsts)
+    return {
+        "episodes": len(episodes),
+        "first_turn_calls": first_calls,
+        "episodes_calling": sum(e.receipt.ledger["used"]["tool_calls"] > 0 for e in episodes),
+        "reward_mean": _mean([multi_reward_ours(e) for e in episodes]),
+        "first_turn_example": firsts[0][:200],
+    }
+
+
+def run_warm(spec: str, n_tasks: int, epochs: int) -> dict[str, Any]:
+    """Build (or find) the warm-started checkpoint; returns where it is and what it does."""
+    t0 = time.perf_counter()
+    bundle = load(spec)
+    folder = warm_folder(bundle.model_id, spec, n_tasks, epochs)
+    if (folder / WARM_META).is_file():
+        return {**json.loads((folder / WARM_META).read_text()), "cached": True}
+    parser = get_parser("hermes")
+    tbundle = tool_bundle(bundle)
+    tasks = warm_tasks(n_tasks)
+    groups = asyncio.run(
+        run_groups(
+            LookupEnv,
+            tasks,
+            reference_policy(tbundle, LookupEnv(), tasks, parser),
+            multi_rollout(),
+            group_size=1,
+            max_concurrent_episodes=len(tasks),
+        )
+    )
+    episodes = [g[0] for g in groups]
+    kept = [e for e in episodes if e.gradient_eligible and multi_reward_ours(e) >= 1.0]
+    if len(kept) < len(episodes):
+        raise SystemExit(
+            f"warm start: the reference script solved only {len(kept)} of {len(episodes)} "
+            "tasks; check LookupEnv.check_script"
+        )
+    t_episodes = time.perf_counter() - t0
+    trajectories = [t for e in kept for t in e.trajectories]
+    history = sft(
+        bundle.model,
+        trajectories,
+        lr=WARM_LR,
+        epochs=epochs,
+        micro_batch_tokens=WARM_MICRO_BATCH_TOKENS,
+    )
+    t_sft = time.perf_counter() - t0 - t_episodes
+    bundle.model.eval()
+    meta: dict[str, Any] = {
+        "folder": str(folder),
+        "base": bundle.model_id,
+        "tasks": n_tasks,
+        "epochs": epochs,
+        "policy_tokens": sum(sum(s is Source.POLICY for s in t.sources) for t in trajectories),
+        "nll": history,
+        "episodes_s": t_episodes,
+        "sft_s": t_sft,
+    }
+
+    def save(tmp: Path) -> None:
+        bundle.model.save_pretrained(tmp)
+        bundle.tokenizer.save_pretrained(tmp)
+        t1 = time.perf_counter()
+        meta["rate"] = tool_call_rate("hf:" + str(tmp))  # what both sides will load
+        meta["rate_s"] = time.perf_counter() - t1
+        (tmp / WARM_META).write_text(json.dumps(meta, indent=1))
+
+    save_folder_atomically(folder, save)
+    return {**meta, "cached": False, "total_s": time.perf_counter() - t0}
+
+
+def warm_start(args: argparse.Namespace) -> str:
+    """The model spec both sides load in --mode multi: the warm-started checkpoint."""
+    if args.no_warm_start:
+        print("  warm start: off (--no-warm-start): both sides load the untrained model")
+        return args.model
+    t0 = time.perf_counter()
+    cmd = ["--worker", "warm", "--model", args.model, "--warm-tasks", str(args.warm_tasks)]
+    out = _spawn_worker([*cmd, "--warm-epochs", str(args.warm_epochs)], "warm start")
+    r = out["rate"]
+    how = "found in cache" if out["cached"] else f"built in {time.perf_counter() - t0:.0f} s"
+    print(
+        f"  warm start ({how}): SFT of {out['base']} on the reference script of "
+        f"{out['tasks']} tasks x {out['epochs']} epoch(s) ({out['policy_tokens']} policy tokens; "
+        f"NLL {' -> '.join(f'{x:.3f}' for x in out['nll'])}; episodes {out['episodes_s']:.1f} s, "
+        f"SFT {out['sft_s']:.1f} s)\n"
+        f"    -> {out['folder']}\n"
+        f"    tool-call rate, ours, temperature 1.0: {r['first_turn_calls']}/{r['episodes']} "
+        f"first turns call the tool, {r['episodes_calling']}/{r['episodes']} episodes ran a "
+        f"call, reward mean {r['reward_mean']:.3f}"
+        + ("" if not out["cached"] else " (measured when it was built)")
+        + f"\n    first turn of episode 1: {r['first_turn_example']!r}",
+        flush=True,
+    )
+    return "hf:" + out["folder"]
+
+
+# ---- the driver -----------------------------------------------------------------------------
+def _rss_gb() -> float:
+    """Resident set size now (VmRSS), in GB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024**2
+    return float("nan")
+
+
+def _peak_gb() -> float:
+    """This process's peak resident set size: ru_maxrss (kB on Linux), VmHWM if larger."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = max(peak, int(line.split()[1]))
+    return peak / 1024**2
+
+
+def worker(args: argparse.Namespace) -> None:
+    if args.worker == "warm":
+        out = run_warm(args.model, args.warm_tasks, args.warm_epochs)
+    elif args.worker == "trl":
+        out = run_trl(args.mode, args.steps, args.model, args.trl_gradient_checkpointing == "on")
+    else:
+        gc = args.ours_gradient_checkpointing == "on"
+        out = run_ours(args.mode, args.steps, args.model, args.micro_batch_tokens, gc)
+    out["peak_rss_gb"] = _peak_gb()
+    print(RESULT + json.dumps(out), flush=True)
+
+
+def _spawn_worker(cmd: list[str], what: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, __file__, *cmd], capture_output=True, text=True, check=False
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise SystemExit(f"{what} worker failed with exit code {proc.returncode}:\n{tail}")
+    return json.loads(lines[-1][len(RESULT) :])
+
+
+def spawn(side: str, trl_gc: str, mode: str, spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = ["--worker", side, "--mode", mode, "--steps", str(args.steps), "--model", spec]
+    cmd += ["--trl-gradient-checkpointing", trl_gc, "--micro-batch-tokens"]
+    cmd += [str(args.micro_batch_tokens), "--ours-gradient-checkpointing"]
+    cmd += [args.ours_gradient_checkpointing]
+    return _spawn_worker(cmd, f"{side} ({mode})")
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, float]:
+    measured = [s for r in runs for s in r["steps"][1:]]  # the first step of each run: warm-up
+    return {
+        "time_s": _mean([s["time_s"] for s in measured]),
+        "warmup_s": _mean([r["steps"][0]["time_s"] for r in runs]),
+        "tokens": _mean([s["tokens"] for s in measured]),
+        "prompt_tokens": _mean([s["prompt_tokens"] for s in measured]),
+        "tool_calls": _mean([s["tool_calls"] for s in measured]),
+        "reward": _mean([s["reward"] for s in measured]),
+        "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
+        "rss_loaded_gb": _mean([r["rss_loaded_gb"] for r in runs]),
+    }
+
+
+def bench(mode: str, args: argparse.Namespace) -> None:
+    print(
+        f"\n== {mode}-turn: {args.model}, {PROMPTS} prompts x {GROUP} completions, "
+        f"<= {TURN_TOKENS} tokens a turn"
+        + (f", <= {TURNS} turns, {TOOL_LATENCY_S:g} s tool calls" if mode == "multi" else "")
+        + f", {args.steps} steps a run (first discarded), {args.repeats} alternation(s)",
+        flush=True,
+    )
+    spec = warm_start(args) if mode == "multi" else args.model
+    gcs = ("on", "off") if args.trl_gradient_checkpointing == "both" else None
+    trl_sides = {f"trl gc {g}": g for g in gcs or (args.trl_gradient_checkpointing,)}
+    sides = [*trl_sides, "ours"]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for r in range(args.repeats):
+        for side in sides:
+            t0 = time.perf_counter()
+            if side == "ours":
+                out = spawn("ours", "off", mode, spec, args)  # TRL's setting unused
+            else:
+                out = spawn("trl", trl_sides[side], mode, spec, args)
+            runs[side].append(out)
+            times = ", ".join(f"{s['time_s']:.2f}" for s in out["steps"])
+            print(
+                f"  run {r + 1} {side:>10}: step times [{times}] s, peak RSS "
+                f"{out['peak_rss_gb']:.2f} GB ({time.perf_counter() - t0:.0f} s with start-up)",
+                flush=True,
+            )
+    loaded = sorted({r["model_id"] for rs in runs.values() for r in rs})
+    same = "" if len(loaded) == 1 else " (NOT the same weights on every run!)"
+    print(f"  weights loaded by every run: {', '.join(loaded)}{same}")
+    s = {side: summarize(rs) for side, rs in runs.items()}
+    print(
+        f"  {'':>10}  {'s/step':>7} {'tokens':>7} {'prompt':>7} {'calls':>6} {'reward':>7}",
+        end="",
+    )
+    print(f" {'peak RSS':>9} {'RSS loaded':>11} {'warm-up':>8}")
+    for side in sides:
+        x = s[side]
+        print(
+            f"  {side:>10}  {x['time_s']:7.2f} {x['tokens']:7.1f} {x['prompt_tokens']:7.1f} "
+            f"{x['tool_calls']:6.1f} {x['reward']:7.3f} {x['peak_rss_gb']:6.2f} GB "
+            f"{x['rss_loaded_gb']:8.2f} GB {x['warmup_s']:7.2f}s"
+        )
+    print("  (per step: policy tokens sampled, prompt tokens, tool calls executed, reward mean)")
+    t_max, m_max = TARGETS[mode]
+    for trl in trl_sides:
+        t_ratio = s["ours"]["time_s"] / s[trl]["time_s"]
+        m_ratio = s["ours"]["peak_rss_gb"] / s[trl]["peak_rss_gb"]
+        tok_ratio = s["ours"]["tokens"] / max(1e-9, s[trl]["tokens"])
+        print(f"  against {trl}:")
+        print(
+            f"    ours/TRL step time: {t_ratio:.3f}x (target <= {t_max}x: {_met(t_ratio <= t_max)})"
+        )
+        print(
+            f"    ours/TRL peak RSS:  {m_ratio:.3f}x (target <= {m_max}x: {_met(m_ratio <= m_max)})"
+        )
+        print(f"    ours/TRL policy tokens per step: {tok_ratio:.2f}x")
+    print(f"  colleague's TRL reference on this machine: {REFERENCE[mode]}")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("single", "multi", "both"), default="both")
+    ap.add_argument("--steps", type=int, default=3, help="steps a run; the first is a warm-up")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--repeats", type=int, default=2, help="alternations of trl, ours")
+    ap.add_argument(
+        "--trl-gradient-checkpointing",
+        choices=("both", "on", "off"),
+        default="both",
+        help="TRL's GRPOConfig.gradient_checkpointing (TRL's default: on); both: run TRL with "
+        "each, and compare ours with each",
+    )
+    ap.add_argument(
+        "--ours-gradient-checkpointing",
+        choices=("on", "off"),
+        default="off",
+        help="our LearnerConfig.gradient_checkpointing",
+    )
+    ap.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=1024,
+        help="our LearnerConfig.micro_batch_tokens",
+    )
+    ap.add_argument(
+        "--no-warm-start",
+        action="store_true",
+        help="multi: both sides load the untrained model (it seldom calls the tool)",
+    )
+    ap.add_argument(
+        "--warm-tasks", type=int, default=48, help="multi: reference episodes to imitate"
+    )
+    ap.add_argument("--warm-epochs", type=int, default=1, help="multi: SFT epochs over them")
+    ap.add_argument("--worker", choices=("trl", "ours", "warm"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps must be >= 2 (the first step of each run is a warm-up)")
+    if args.worker:
+        worker(args)
+        return
+    print(
+        f"vs_trl: {os.cpu_count()} CPUs, torch threads default; TRL gradient checkpointing "
+        f"{args.trl_gradient_checkpointing}; our learner: micro-batches <= "
+        f"{args.micro_batch_tokens} tokens, gradient checkpointing "
+        f"{args.ours_gradient_checkpointing}"
+    )
+    for mode in ("single", "multi") if args.mode == "both" else (args.mode,):
+        bench(mode, args)
+
+
+if __name__ == "__main__":
+    main()
