@@ -34,8 +34,9 @@ def _full_logprobs(model, ids, attn, temperature):
     return torch.cat([torch.zeros(ids.shape[0], 1), lp], 1) * attn
 
 
+@pytest.mark.parametrize("only", [False, True])
 @pytest.mark.parametrize("chunk", [7, 64, 100_000])
-def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, episodes, chunk):
+def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, episodes, chunk, only):
     trajs = [t for e in episodes for t in e.trajectories]
     b = padded_batch(trajs, [1.0] * len(trajs))
     model = tiny.model
@@ -45,10 +46,19 @@ def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, episode
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     lean = token_logprobs(
-        model, b.input_ids_B_T, b.attention_mask_B_T, temperature=0.9, chunk_tokens=chunk
+        model,
+        b.input_ids_B_T,
+        b.attention_mask_B_T,
+        temperature=0.9,
+        chunk_tokens=chunk,
+        only_B_T=b.loss_mask_B_T if only else None,
     )
     (lean * b.loss_mask_B_T).sum().backward()
-    assert torch.allclose(lean, full, atol=1e-5)
+    if only:  # the LM head ran on policy tokens only: the rest is 0, the loss the same
+        on = b.loss_mask_B_T.bool()
+        assert torch.allclose(lean[on], full[on], atol=1e-5) and (lean[~on] == 0).all()
+    else:
+        assert torch.allclose(lean, full, atol=1e-5)
     for n, p in model.named_parameters():  # same gradients, up to summation order
         rel = ((p.grad - want[n]).norm() / want[n].norm().clamp(min=1e-12)).item()
         assert rel < 1e-4, (n, rel)

@@ -69,8 +69,9 @@ class Learner:
         self.model = model
         self.cfg = config or LearnerConfig()
         params = [p for p in model.parameters() if p.requires_grad]
+        # fused: one kernel per parameter, no foreach temporaries the size of the model
         self.optimizer = torch.optim.AdamW(
-            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=True
         )
         self.reference = Reference(model) if self.cfg.kl_coef > 0 else None
         if self.cfg.gradient_checkpointing:
@@ -92,6 +93,7 @@ class Learner:
             temperature=self.cfg.temperature,
             chunk_tokens=self.cfg.chunk_tokens,
             body=body,
+            only_B_T=batch.loss_mask_B_T,  # the LM head runs on policy tokens only
         )
 
     def _reference_logprobs(self, batch: Any) -> torch.Tensor:

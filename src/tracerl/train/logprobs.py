@@ -32,14 +32,20 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
     body: Any = None,
+    only_B_T: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``logprobs_B_T``: log p(token_t | tokens_<t), 0 at t = 0 and on padding. `body`
-    replaces the model's decoder (a `torch.compile`d one)."""
+    replaces the model's decoder (a `torch.compile`d one). With `only_B_T` (the loss mask),
+    the LM head runs only at the positions it marks (0 elsewhere): the head is a fifth of a
+    135M model's FLOPs, and prompts and tool output need none of it."""
     body, head = body or model.get_decoder(), model.get_output_embeddings()
     hidden_B_T_H = body(input_ids=input_ids_B_T, attention_mask=attention_mask_B_T)[0]
-    b, t, h = hidden_B_T_H.shape
-    hidden_N_H = hidden_B_T_H[:, :-1].reshape(-1, h)  # predicts positions 1..T-1
-    targets_N = input_ids_B_T[:, 1:].reshape(-1)
+    b, t = hidden_B_T_H.shape[:2]
+    need_B_T = attention_mask_B_T[:, 1:].bool()  # predicts positions 1..T-1
+    if only_B_T is not None:
+        need_B_T = need_B_T & only_B_T[:, 1:].bool()
+    hidden_N_H = hidden_B_T_H[:, :-1][need_B_T]
+    targets_N = input_ids_B_T[:, 1:][need_B_T]
     pieces = []
     for start in range(0, hidden_N_H.shape[0], chunk_tokens):
         sl = slice(start, start + chunk_tokens)
@@ -55,6 +61,7 @@ def token_logprobs(
         else:
             piece = _head_logprobs(hidden_N_H[sl], targets_N[sl], head, temperature)
         pieces.append(piece)
-    out = torch.cat(pieces).reshape(b, t - 1)
-    out = torch.cat([torch.zeros(b, 1, dtype=out.dtype, device=out.device), out], dim=1)
-    return out * attention_mask_B_T.to(out.dtype)
+    values_N = torch.cat(pieces) if pieces else hidden_N_H.new_zeros(0, dtype=torch.float32)
+    rows_N, cols_N = torch.nonzero(need_B_T, as_tuple=True)
+    out_B_T = torch.zeros(b, t, dtype=values_N.dtype, device=values_N.device)
+    return out_B_T.index_put((rows_N, cols_N + 1), values_N)  # differentiable in values_N

@@ -60,7 +60,8 @@ def sft(
     `tracerl.report.progress` object) gets a phase with one tick per micro-batch."""
     if not trajectories:
         raise ValueError("sft: no trajectories to learn from (none successful?)")
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, fused=True)
     batches = bucketed_batches(trajectories, [0.0] * len(trajectories), micro_batch_tokens)
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
     if total == 0:
@@ -75,7 +76,9 @@ def sft(
             tokens = float(b.loss_mask_B_T.sum())
             if tokens == 0:
                 continue
-            lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T)
+            lp = token_logprobs(
+                model, b.input_ids_B_T, b.attention_mask_B_T, only_B_T=b.loss_mask_B_T
+            )
             loss = -(lp * b.loss_mask_B_T).sum() / tokens
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
