@@ -105,3 +105,27 @@ def test_micro_batching_gives_the_whole_batch_gradient_for_every_aggregation(tin
     for n, g in grads[0].items():
         rel = ((grads[1][n] - g).norm() / g.norm().clamp(min=1e-12)).item()
         assert rel < 1e-4, (agg, n, rel)
+
+
+def test_gradient_checkpointing_recomputes_layers_and_changes_nothing_else(tiny):
+    trajs = [e.trajectories[0] for e in _episodes(tiny, copy.deepcopy(tiny.model))]
+
+    def update(gc: bool):
+        model = copy.deepcopy(tiny.model)
+        calls = []
+        # a module early in the layer: transformers checkpoints the layer's forward, so the
+        # layer's own hooks stay outside the recomputation (and torch stops recomputing once
+        # the last saved tensor is back, before the layer's last modules)
+        q_proj = model.get_decoder().layers[0].self_attn.q_proj
+        q_proj.register_forward_hook(lambda *_: calls.append(1))
+        cfg = LearnerConfig(lr=1e-3, micro_batch_tokens=10_000, gradient_checkpointing=gc)
+        m = Learner(model, cfg).update(trajs, [1.0, -1.0])
+        assert not model.training  # back in eval mode for the sampler
+        return len(calls), m, model
+
+    plain_calls, plain, plain_model = update(False)
+    gc_calls, checkpointed, gc_model = update(True)
+    assert plain_calls == 1 and gc_calls == 2  # one micro-batch; recomputed in backward
+    assert abs(plain["train/loss"] - checkpointed["train/loss"]) < 1e-6
+    for p, q in zip(plain_model.parameters(), gc_model.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)

@@ -18,8 +18,9 @@ The caller bumps the sampler's `policy_version` after an update.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,29 @@ class Learner:
         olds: list[torch.Tensor] = []
         sums: dict[str, float] = {}
         grad_norm = 0.0
+        with _training_mode(self.model, self.cfg.gradient_checkpointing):
+            grad_norm = self._epochs(batches, weights, refs, clip, olds, sums)
+        self.updates += 1
+        out = {f"train/{k}": v for k, v in sums.items()}
+        out.update(
+            {
+                "train/grad_norm": grad_norm,
+                "train/policy_tokens": total,
+                "train/micro_batches": float(len(batches)),
+            }
+        )
+        return out
+
+    def _epochs(
+        self,
+        batches: list[Any],
+        weights: list[float],
+        refs: list[torch.Tensor] | None,
+        clip: ClipConfig,
+        olds: list[torch.Tensor],
+        sums: dict[str, float],
+    ) -> float:
+        grad_norm = 0.0
         for epoch in range(self.cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for i, (b, share) in enumerate(zip(batches, weights, strict=True)):
@@ -144,13 +168,20 @@ class Learner:
                 )
             )
             self.optimizer.step()
-        self.updates += 1
-        out = {f"train/{k}": v for k, v in sums.items()}
-        out.update(
-            {
-                "train/grad_norm": grad_norm,
-                "train/policy_tokens": total,
-                "train/micro_batches": float(len(batches)),
-            }
-        )
-        return out
+        return grad_norm
+
+
+@contextlib.contextmanager
+def _training_mode(model: Any, on: bool) -> Iterator[None]:
+    """Train mode for the update when gradient checkpointing is on: transformers only
+    checkpoints layers of a model in train mode. Back to eval after, for the sampler (which
+    shares the model; SmolLM2 has no dropout, LoRA's dropout is 0 unless configured)."""
+    if not on:
+        yield
+        return
+    was = model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.train(was)
