@@ -91,3 +91,36 @@ def test_bucketing_keeps_every_row_and_cuts_padding(tiny, episodes):
             assert torch.equal(bb.input_ids_B_T[k, :n], plain.input_ids_B_T[i, :n])
             assert torch.equal(bb.loss_mask_B_T[k, :n], plain.loss_mask_B_T[i, :n])
             assert bb.advantages_B[k] == adv[i]
+
+
+def test_shared_prefix_batches_run_a_groups_prompt_once_with_the_same_logprobs_and_grads(
+    tiny, episodes
+):
+    from tracerl.train.batch import shared_prefix_batches
+
+    trajs = [t for e in episodes for t in e.trajectories]
+    adv = [float(i) for i in range(len(trajs))]
+    batches = shared_prefix_batches(trajs, adv, max_tokens=100_000)
+    assert sorted(i for b in batches for i in b.rows) == list(range(len(trajs)))
+    shared = [b for b in batches if b.prefix_len]
+    assert shared, "the members of a group share their prompt"
+    model = tiny.model
+    for b in shared:
+        ids, attn = b.input_ids_B_T, b.attention_mask_B_T
+        assert (ids[:, : b.prefix_len] == ids[:1, : b.prefix_len]).all()
+        assert b.loss_mask_B_T[:, : b.prefix_len].sum() == 0  # nothing in it is trained
+        model.zero_grad()
+        full = _full_logprobs(model, ids, attn, 0.9)
+        (full * b.loss_mask_B_T * b.advantages_B[:, None]).sum().backward()
+        want = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        lean = token_logprobs(
+            model, ids, attn, temperature=0.9, only_B_T=b.loss_mask_B_T, prefix_len=b.prefix_len
+        )
+        (lean * b.loss_mask_B_T * b.advantages_B[:, None]).sum().backward()
+        on = b.loss_mask_B_T.bool()
+        assert torch.allclose(lean[on], full[on], atol=1e-5)
+        for n, p in model.named_parameters():
+            rel = ((p.grad - want[n]).norm() / want[n].norm().clamp(min=1e-12)).item()
+            assert rel < 1e-4, (n, rel)
+        model.zero_grad()

@@ -29,6 +29,9 @@ class Batch:
     old_logprobs_B_T: torch.Tensor  # the sampler's log-probs on policy tokens, else 0
     advantages_B: torch.Tensor
     rows: list[int]  # which input trajectories, in this order
+    prefix_len: int = 0
+    """Leading tokens every row shares and none trains on (a group's prompt): the learner
+    runs them once for the whole batch (see `token_logprobs`). 0: no shared prefix."""
 
     @property
     def tokens(self) -> int:
@@ -88,4 +91,51 @@ def bucketed_batches(
         current.append(i)
     if current:
         batches.append(padded_batch(trajectories, advantages, current, pad_id))
+    return batches
+
+
+def _prompt_len(t: Trajectory) -> int:
+    """Tokens before the first policy token (the whole row if it has none)."""
+    return next((i for i, m in enumerate(t.loss_mask) if m), len(t))
+
+
+def shared_prefix_batches(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[float],
+    max_tokens: int = 4096,
+    pad_id: int = 0,
+    min_prefix: int = 16,
+) -> list[Batch]:
+    """Micro-batches of rows that start with the same prompt (a GRPO group's members), with
+    `prefix_len` set so the learner runs that prompt once per batch instead of once per row;
+    a row's cost is its length past the prompt. Rows whose prompt no other row shares fall
+    back to length bucketing."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, t in enumerate(trajectories):
+        if len(t) > 0:
+            groups.setdefault(tuple(t.token_ids[: _prompt_len(t)]), []).append(i)
+    batches, single = [], []
+    for prompt, members in groups.items():
+        p = len(prompt)
+        if len(members) < 2 or p < min_prefix:
+            single += members
+            continue
+        members.sort(key=lambda i: len(trajectories[i]))
+        current: list[int] = []
+        for i in members:
+            suffix = len(trajectories[i]) - p
+            if current and p + suffix * (len(current) + 1) > max_tokens:
+                batches.append(padded_batch(trajectories, advantages, current, pad_id))
+                batches[-1].prefix_len = p
+                current = []
+            current.append(i)
+        batches.append(padded_batch(trajectories, advantages, current, pad_id))
+        batches[-1].prefix_len = p if len(current) > 1 else 0
+    if single:
+        rest = bucketed_batches(
+            [trajectories[i] for i in single], [advantages[i] for i in single], max_tokens, pad_id
+        )
+        for b in rest:
+            b.rows = [single[r] for r in b.rows]
+        batches += rest
     return batches

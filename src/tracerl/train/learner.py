@@ -28,7 +28,7 @@ import torch
 
 from tracerl.algos.kl import kl as kl_estimate
 from tracerl.algos.losses import ClipConfig, PolicyLossInput, aggregate, ppo_clip
-from tracerl.train.batch import bucketed_batches
+from tracerl.train.batch import bucketed_batches, shared_prefix_batches
 from tracerl.train.logprobs import token_logprobs
 from tracerl.train.lora import Reference
 from tracerl.types import Trajectory
@@ -51,6 +51,10 @@ class LearnerConfig:
     compile: bool = False
     """`torch.compile` the decoder for the learner (dynamic shapes)."""
     gradient_checkpointing: bool = False
+    share_prefix: bool = True
+    """Run a group's shared prompt once per micro-batch (`shared_prefix_batches`); off with
+    gradient checkpointing or compile (transformers drops the KV cache in checkpointed
+    layers; the compiled decoder is traced without one)."""
 
 
 def _micro_batch_weights(batches: list[Any], agg: str, total_tokens: float) -> list[float]:
@@ -95,6 +99,7 @@ class Learner:
             chunk_tokens=self.cfg.chunk_tokens,
             body=body,
             only_B_T=batch.loss_mask_B_T,  # the LM head runs on policy tokens only
+            prefix_len=batch.prefix_len if body is None else 0,
         )
 
     def _reference_logprobs(self, batch: Any) -> torch.Tensor:
@@ -106,7 +111,10 @@ class Learner:
         self, trajectories: Sequence[Trajectory], advantages: Sequence[float]
     ) -> dict[str, float]:
         """One policy update on these rows (advantage 0 rows still shape the mean)."""
-        batches = bucketed_batches(trajectories, advantages, self.cfg.micro_batch_tokens)
+        c = self.cfg
+        share = c.share_prefix and not (c.gradient_checkpointing or c.compile)
+        make_batches = shared_prefix_batches if share else bucketed_batches
+        batches = make_batches(trajectories, advantages, c.micro_batch_tokens)
         total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
         if total == 0:
             return {"train/policy_tokens": 0.0}

@@ -33,13 +33,22 @@ def token_logprobs(
     chunk_tokens: int = 1024,
     body: Any = None,
     only_B_T: torch.Tensor | None = None,
+    prefix_len: int = 0,
 ) -> torch.Tensor:
     """``logprobs_B_T``: log p(token_t | tokens_<t), 0 at t = 0 and on padding. `body`
     replaces the model's decoder (a `torch.compile`d one). With `only_B_T` (the loss mask),
     the LM head runs only at the positions it marks (0 elsewhere): the head is a fifth of a
-    135M model's FLOPs, and prompts and tool output need none of it."""
+    135M model's FLOPs, and prompts and tool output need none of it. With `prefix_len` (every
+    row starts with the same `prefix_len` tokens, e.g. a group's prompt) the decoder runs the
+    prefix once and the rows' continuations on its KV cache, repeated per row: the same
+    values and gradients (the cache is differentiable) for a fraction of the FLOPs."""
     body, head = body or model.get_decoder(), model.get_output_embeddings()
-    hidden_B_T_H = body(input_ids=input_ids_B_T, attention_mask=attention_mask_B_T)[0]
+    if prefix_len > 0:
+        hidden_B_T_H = _shared_prefix_hidden(
+            model, body, input_ids_B_T, attention_mask_B_T, prefix_len
+        )
+    else:
+        hidden_B_T_H = body(input_ids=input_ids_B_T, attention_mask=attention_mask_B_T)[0]
     b, t = hidden_B_T_H.shape[:2]
     need_B_T = attention_mask_B_T[:, 1:].bool()  # predicts positions 1..T-1
     if only_B_T is not None:
@@ -65,3 +74,34 @@ def token_logprobs(
     rows_N, cols_N = torch.nonzero(need_B_T, as_tuple=True)
     out_B_T = torch.zeros(b, t, dtype=values_N.dtype, device=values_N.device)
     return out_B_T.index_put((rows_N, cols_N + 1), values_N)  # differentiable in values_N
+
+
+def _shared_prefix_hidden(
+    model: Any,
+    body: Any,
+    input_ids_B_T: torch.Tensor,
+    attention_mask_B_T: torch.Tensor,
+    prefix_len: int,
+) -> torch.Tensor:
+    """The decoder's hidden states, running the shared prefix once (see `token_logprobs`)."""
+    from tracerl.rollout.sampler import _cache_keyword
+
+    b, t = input_ids_B_T.shape
+    kw = _cache_keyword(model)
+    prefix = body(
+        input_ids=input_ids_B_T[:1, :prefix_len],
+        attention_mask=attention_mask_B_T[:1, :prefix_len],
+        use_cache=True,
+    )
+    cache = getattr(prefix, kw)
+    cache.batch_repeat_interleave(b)  # differentiable: gradients flow back into the prefix
+    positions = torch.arange(prefix_len, t, device=input_ids_B_T.device).expand(b, -1)
+    rest = body(
+        input_ids=input_ids_B_T[:, prefix_len:],
+        attention_mask=attention_mask_B_T,
+        position_ids=positions,
+        use_cache=True,
+        **{kw: cache},
+    )
+    head_B_P_H = prefix[0].expand(b, -1, -1)
+    return torch.cat([head_B_P_H, rest[0]], dim=1)
