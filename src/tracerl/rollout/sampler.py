@@ -85,8 +85,10 @@ class Sampler(Protocol):
 
 
 def _cache_keyword(model: Any) -> str:
-    """transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`."""
-    params = inspect.signature(model.forward).parameters
+    """transformers >= 5.2x names the KV cache `cache`; older releases `past_key_values`.
+    A `peft` wrapper forwards `**kwargs`: the wrapped model's signature decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
