@@ -154,3 +154,18 @@ def test_rows_that_stop_early_leave_the_batch_without_changing_the_others(bundle
         )
         assert res.token_ids == alone.token_ids and len(res.token_ids) == req.max_tokens
         assert torch.allclose(torch.tensor(res.logprobs), torch.tensor(alone.logprobs), atol=1e-4)
+
+
+def test_identical_prompts_are_prefilled_once_and_still_sampled_independently(bundle):
+    prompts = _prompts(bundle, 2)
+    # a group: four members of one prompt, three of another, different seeds
+    requests = [SampleRequest(prompts[i // 4], max_tokens=8, seed=50 + i) for i in range(7)]
+    sampler = BatchedHFSampler(bundle.model, temperature=1.0)
+    results = sampler.generate_batch(requests)
+    assert sampler.stats.shared_prefills == 5  # 7 requests, 2 distinct prompts
+    plain = HFSampler(bundle.model, temperature=1.0)
+    for req, res in zip(requests, results, strict=True):
+        ref = plain.generate(req.prompt_ids, max_tokens=8, stop_token_ids=(), seed=req.seed)
+        assert res.token_ids == ref.token_ids
+        assert torch.allclose(torch.tensor(res.logprobs), torch.tensor(ref.logprobs), atol=1e-4)
+    assert len({tuple(r.token_ids) for r in results}) > 2  # members differ: own seeds

@@ -48,6 +48,8 @@ class BatchStats:
     requests: int = 0
     forward_calls: int = 0
     max_batch: int = 0
+    shared_prefills: int = 0
+    """Requests whose prompt another request in the batch had: prefilled once, shared."""
 
 
 def _default_pad(model: Any) -> int:
@@ -183,9 +185,18 @@ class BatchedHFSampler:
             self.stats.batches += 1
             self.stats.requests += n_B
             self.stats.max_batch = max(self.stats.max_batch, n_B)
-            ids_B_T, mask_B_T = self._left_pad([r.prompt_ids for r in requests])
-            pos_B_T = (mask_B_T.cumsum(-1) - 1).clamp(min=0)
-            logits_B_V, cache = self._forward(ids_B_T, mask_B_T, pos_B_T, None)
+            # identical prompts (a GRPO group's members; their turns after identical tool
+            # results) are prefilled once, and their KV cache rows repeated
+            slot: dict[tuple[int, ...], int] = {}
+            which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
+            ids_U_T, mask_U_T = self._left_pad(list(slot))
+            pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
+            logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None)
+            which_B = torch.tensor(which)
+            if len(slot) < n_B:
+                cache.batch_select_indices(which_B.to(self.model.device))
+                self.stats.shared_prefills += n_B - len(slot)
+            logits_B_V, mask_B_T = logits_U_V[which_B], mask_U_T[which_B]
             len_B = mask_B_T.sum(-1)
             rows = list(range(n_B))  # the requests still in the batch, in batch order
             for step in range(max(r.max_tokens for r in requests)):
