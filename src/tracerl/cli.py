@@ -223,7 +223,10 @@ def sft(
     try:
         trajectories = sft_data(data, successful_only=not all_episodes)
         bundle = load(model)
-        history = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs)
+        from tracerl.report.progress import RichProgress
+
+        with RichProgress(console) as bars:
+            history = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
     except (FileNotFoundError, TrajectoryError, ValueError, ModelNotFoundError) as e:
         raise _fail(str(e)) from None
     bundle.model.save_pretrained(out)
@@ -259,9 +262,19 @@ def eval_cmd(
     sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
     parser = get_parser("search_r1") if protocol == "search_r1" else None
     policy = Policy.from_bundle(bundle, sampler, parser)
-    metrics = evaluate(
-        policy, corpus=corpus, protocol=protocol, splits=tuple(split), n=n, out_dir=out, seed=seed
-    )
+    from tracerl.report.progress import RichProgress
+
+    with RichProgress(console) as bars:
+        metrics = evaluate(
+            policy,
+            corpus=corpus,
+            protocol=protocol,
+            splits=tuple(split),
+            n=n,
+            out_dir=out,
+            seed=seed,
+            progress=bars,
+        )
     for key, value in sorted(metrics.items()):
         if value or "success" in key:
             console.print(f"{key:55s} {value:8.3f}", markup=False)

@@ -111,7 +111,9 @@ def evaluate(
     seed: int = 0,
     config: RolloutConfig = EVAL_CONFIG,
     reward_spec: RewardSpec | None = None,
+    progress: Any = None,
 ) -> dict[str, float]:
+    """`progress` (a `tracerl.report.progress` object) gets one phase per split."""
     spec = reward_spec or RewardSpec.from_yaml(SEARCH_REWARD)
     probe = make("search", corpus=corpus, protocol=protocol)
     out_dir = Path(out_dir)
@@ -120,11 +122,21 @@ def evaluate(
     metrics: dict[str, float] = {}
     for split in splits:
         tasks = probe.sample_tasks(n, seed=seed, split=split)
+        if progress is not None:
+            progress.phase(f"eval {split}", len(tasks))
         episodes: list[Episode] = []
         for kind, batch in _batches(tasks, split):
             factory = _env_factory(corpus, protocol, timeouts=kind == "timeout", seed=seed)
             groups = asyncio.run(
-                run_groups(factory, batch, policy, config, group_size=1, seed=seed)
+                run_groups(
+                    factory,
+                    batch,
+                    policy,
+                    config,
+                    group_size=1,
+                    seed=seed,
+                    on_episode=None if progress is None else progress.advance,
+                )
             )
             episodes += [g[0] for g in groups]
         rewards, contexts = [], []
