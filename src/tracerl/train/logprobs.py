@@ -42,7 +42,8 @@ def token_logprobs(
     row starts with the same `prefix_len` tokens, e.g. a group's prompt) the decoder runs the
     prefix once and the rows' continuations on its KV cache, repeated per row: the same
     values and gradients (the cache is differentiable) for a fraction of the FLOPs."""
-    body, head = body or model.get_decoder(), model.get_output_embeddings()
+    body = body if body is not None else model.get_decoder()
+    head = model.get_output_embeddings()
     if 0 < prefix_len < input_ids_B_T.shape[1]:
         hidden_B_T_H = _shared_prefix_hidden(
             model, body, input_ids_B_T, attention_mask_B_T, prefix_len
