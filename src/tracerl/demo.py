@@ -33,7 +33,7 @@ from tracerl.models import load
 from tracerl.report.terminal import print_trajectory
 from tracerl.rollout import BatchedHFSampler, ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
-from tracerl.rollout.groups import rollout_metrics, run_groups
+from tracerl.rollout.groups import episode_member, episode_task_id, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
 from tracerl.rollout.replay import find_episode, replay_exact
 from tracerl.rollout.runner import Episode, Policy
@@ -48,15 +48,12 @@ def reference_policy(bundle: Any, tasks: list[dict[str, Any]]) -> Policy:
     parser, by_id = policy.parser, {t["id"]: t for t in tasks}
 
     def turn(request: SampleRequest) -> str:
-        task_id, member = (
-            request.episode_id.rsplit(":s", 1)[0],
-            request.episode_id.rsplit(":g", 1)[1],
-        )
+        task_id, member = episode_task_id(request.episode_id), episode_member(request.episode_id)
         texts = [
             parser.format_calls(x) if kind == "calls" else parser.format_answer(x)
             for kind, x in reference_plan(by_id[task_id])
         ]
-        if int(member) % 4 == 1:
+        if member % 4 == 1:
             texts.insert(1, parser.format_calls([("cancel_order", {"order_id": "A1001"})]))
         return texts[min(request.turn, len(texts) - 1)]
 
@@ -85,7 +82,7 @@ def _table(rows: list[tuple[str, Episode]]) -> Table:
     for agent, e in rows:
         table.add_row(
             agent,
-            f"{e.receipt.task['order_id']}/{e.episode_id.rsplit(':g', 1)[1]}",
+            f"{e.receipt.task['order_id']}/{episode_member(e.episode_id)}",
             e.stop_reason.value,
             e.attribution.value,
             "yes" if e.gradient_eligible else "no",

@@ -85,6 +85,16 @@ def group_episode_id(task: dict[str, Any], seed: int, g: int, index: int | None 
     return f"{task.get('id')}:s{seed}{where}:g{g}"
 
 
+def episode_task_id(episode_id: str) -> str:
+    """The task id inside a `group_episode_id` (task ids may themselves contain ':')."""
+    return episode_id.rsplit(":s", 1)[0]
+
+
+def episode_member(episode_id: str) -> int:
+    """The member index inside a `group_episode_id`."""
+    return int(episode_id.rsplit(":g", 1)[1])
+
+
 async def run_groups(
     env: EnvSource,
     tasks: Sequence[dict[str, Any]],

@@ -78,20 +78,30 @@ def bucketed_batches(
     """Micro-batches of similar-length rows, each at most `max_tokens` padded tokens (a row
     longer than the budget gets a batch of its own)."""
     # rows without tokens (an episode whose reset failed) teach nothing and are dropped
-    order = sorted(
-        (i for i in range(len(trajectories)) if len(trajectories[i]) > 0),
-        key=lambda i: len(trajectories[i]),
-    )
-    batches, current = [], []
-    for i in order:
-        width = len(trajectories[i])  # the longest so far: rows are sorted
-        if current and width * (len(current) + 1) > max_tokens:
-            batches.append(padded_batch(trajectories, advantages, current, pad_id))
+    rows = [i for i in range(len(trajectories)) if len(trajectories[i]) > 0]
+    return [
+        padded_batch(trajectories, advantages, cut, pad_id)
+        for cut in _cuts(trajectories, rows, max_tokens)
+    ]
+
+
+def _cuts(
+    trajectories: Sequence[Trajectory], rows: list[int], max_tokens: int, prefix: int = 0
+) -> list[list[int]]:
+    """`rows` sorted by length and cut into runs whose cost stays under `max_tokens`: a
+    shared `prefix` once, plus each row's padded length past it (a row over the budget
+    gets a run of its own)."""
+    cuts: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(rows, key=lambda i: len(trajectories[i])):
+        rest = len(trajectories[i]) - prefix  # the longest so far: rows are sorted
+        if current and prefix + rest * (len(current) + 1) > max_tokens:
+            cuts.append(current)
             current = []
         current.append(i)
     if current:
-        batches.append(padded_batch(trajectories, advantages, current, pad_id))
-    return batches
+        cuts.append(current)
+    return cuts
 
 
 def _prompt_len(t: Trajectory) -> int:
@@ -120,22 +130,11 @@ def shared_prefix_batches(
         if len(members) < 2 or p < min_prefix:
             single += members
             continue
-        members.sort(key=lambda i: len(trajectories[i]))
-        current: list[int] = []
-        for i in members:
-            suffix = len(trajectories[i]) - p
-            if current and p + suffix * (len(current) + 1) > max_tokens:
-                batches.append(padded_batch(trajectories, advantages, current, pad_id))
-                batches[-1].prefix_len = p
-                current = []
-            current.append(i)
-        batches.append(padded_batch(trajectories, advantages, current, pad_id))
-        batches[-1].prefix_len = p if len(current) > 1 else 0
-    if single:
-        rest = bucketed_batches(
-            [trajectories[i] for i in single], [advantages[i] for i in single], max_tokens, pad_id
-        )
-        for b in rest:
-            b.rows = [single[r] for r in b.rows]
-        batches += rest
+        for cut in _cuts(trajectories, members, max_tokens, prefix=p):
+            batches.append(padded_batch(trajectories, advantages, cut, pad_id))
+            batches[-1].prefix_len = p if len(cut) > 1 else 0
+    batches += [
+        padded_batch(trajectories, advantages, cut, pad_id)
+        for cut in _cuts(trajectories, single, max_tokens)
+    ]
     return batches

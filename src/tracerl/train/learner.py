@@ -73,7 +73,7 @@ class Learner:
     def __init__(self, model: Any, config: LearnerConfig | None = None) -> None:
         self.model = model
         self.cfg = config or LearnerConfig()
-        params = [p for p in model.parameters() if p.requires_grad]
+        self._params = params = [p for p in model.parameters() if p.requires_grad]
         # fused: one kernel per parameter, no foreach temporaries the size of the model
         self.optimizer = torch.optim.AdamW(
             params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=True
@@ -125,11 +125,9 @@ class Learner:
             # one constant for the whole step (not each micro-batch's padded width)
             width = max(b.input_ids_B_T.shape[1] for b in batches)
             clip = dataclasses.replace(clip, norm_tokens=width)
-        olds: list[torch.Tensor] = []
         sums: dict[str, float] = {}
-        grad_norm = 0.0
         with _training_mode(self.model, self.cfg.gradient_checkpointing):
-            grad_norm = self._epochs(batches, weights, refs, clip, olds, sums)
+            grad_norm = self._epochs(batches, weights, refs, clip, sums)
         self.updates += 1
         out = {f"train/{k}": v for k, v in sums.items()}
         out.update(
@@ -147,9 +145,11 @@ class Learner:
         weights: list[float],
         refs: list[torch.Tensor] | None,
         clip: ClipConfig,
-        olds: list[torch.Tensor],
         sums: dict[str, float],
     ) -> float:
+        """K epochs over the micro-batches; adds the metrics into `sums`, returns the last
+        gradient norm."""
+        olds: list[torch.Tensor] = []
         grad_norm = 0.0
         for epoch in range(self.cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
@@ -169,12 +169,7 @@ class Learner:
                 (loss * share).backward()
                 for key, v in {"loss": loss.item(), **m}.items():
                     sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
-            grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad],
-                    self.cfg.max_grad_norm,
-                )
-            )
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm))
             self.optimizer.step()
         return grad_norm
 

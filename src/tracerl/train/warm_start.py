@@ -26,7 +26,7 @@ from typing import Any
 from tracerl.envs.parsers import ActionParser
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.groups import run_groups
+from tracerl.rollout.groups import episode_task_id, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.sft import sft
@@ -46,11 +46,6 @@ def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> lis
     return texts
 
 
-def task_of(episode_id: str) -> str:
-    """The task id inside a group episode id (``<task>:s<seed>[:t<i>]:g<g>``)."""
-    return episode_id.rsplit(":s", 1)[0]
-
-
 def reference_policy(
     bundle: Any, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
 ) -> Policy:
@@ -58,7 +53,7 @@ def reference_policy(
     scripts = {t["id"]: reference_texts(probe, t, parser) for t in tasks}
 
     def turn(request: Any) -> str:
-        texts = scripts[task_of(request.episode_id)]
+        texts = scripts[episode_task_id(request.episode_id)]
         return texts[min(request.turn, len(texts) - 1)]
 
     sampler = ScriptedSampler.from_texts(bundle.renderer, turn, logprob=0.0)
