@@ -79,3 +79,11 @@ def tiny():
     from tracerl.models import load
 
     return load("tiny-random")
+
+
+@pytest.fixture(scope="session")
+def scripted_run(tiny, tmp_path_factory):
+    """A small real run directory with known failures (see tests/report_run.py)."""
+    from tests.report_run import build_run
+
+    return build_run(tmp_path_factory.mktemp("scripted-run"), tiny, copy.deepcopy(tiny.model))

@@ -62,14 +62,31 @@ def load_model(
 
 @app.command()
 def show(
-    path: Annotated[Path, typer.Argument(help="a trajectories .jsonl or .jsonl.gz file")],
-    index: Annotated[int, typer.Option(help="which trajectory in the file")] = 0,
+    path: Annotated[Path, typer.Argument(help="a run directory, or a .jsonl[.gz] file")],
+    episode: Annotated[
+        str | None, typer.Argument(help="with a run directory: an episode id or replay id")
+    ] = None,
+    index: Annotated[int, typer.Option(help="with a file: which trajectory in it")] = 0,
 ) -> None:
-    """Show one trajectory with every token coloured by its author."""
+    """Show an episode of a run (steps, reward, tokens coloured by author), or one
+    trajectory of a file."""
     from tracerl.jsonl import read_trajectories
-    from tracerl.report.terminal import print_trajectory
+    from tracerl.report.terminal import print_episode, print_trajectory
     from tracerl.types import TrajectoryError
 
+    if path.is_dir():
+        from tracerl.report.run import RunDirError, check_run_dir, find_episode
+
+        if episode is None:
+            raise _fail(
+                f"{path} is a run directory: name an episode, e.g. `tracerl show {path} <id>` "
+                f"(ids are listed by `tracerl triage {path}`)"
+            )
+        try:
+            print_episode(find_episode(check_run_dir(path), episode), console)
+        except (RunDirError, TrajectoryError) as e:
+            raise _fail(str(e)) from None
+        return
     try:
         trajs = read_trajectories(path)
     except (FileNotFoundError, TrajectoryError) as e:
@@ -77,6 +94,45 @@ def show(
     if not 0 <= index < len(trajs):
         raise _fail(f"{path} holds {len(trajs)} trajectories; index {index} is out of range")
     print_trajectory(trajs[index], console)
+
+
+@app.command()
+def report(
+    run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
+    n: Annotated[int, typer.Option("--n", help="training episodes to triage")] = 100,
+) -> None:
+    """Write the run's dashboard, RUN/report/index.html (self-contained, works offline),
+    and a page for each episode it links; print its path."""
+    from tracerl.report.html import write_report
+    from tracerl.report.run import RunDirError
+    from tracerl.types import TrajectoryError
+
+    try:
+        index = write_report(run, n_triage=n)
+    except (RunDirError, TrajectoryError) as e:
+        raise _fail(str(e)) from None
+    console.print(f"report: {index}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def triage(
+    run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
+    n: Annotated[int, typer.Option("--n", help="how many of the last training episodes")] = 100,
+) -> None:
+    """Split the last N training episodes by outcome and owner: succeeded, policy failures
+    by kind, environment failures, evaluator failures or undecidable."""
+    from tracerl.report.run import RunDirError, check_run_dir, iter_episodes
+    from tracerl.report.terminal import print_triage
+    from tracerl.report.triage import triage as run_triage
+    from tracerl.types import TrajectoryError
+
+    if n < 1:
+        raise _fail(f"--n must be at least 1, got {n}")
+    try:
+        result = run_triage(list(iter_episodes(check_run_dir(run))), n)
+    except (RunDirError, TrajectoryError) as e:
+        raise _fail(str(e)) from None
+    print_triage(result, console)
 
 
 @app.command("check-env")
@@ -170,6 +226,11 @@ def train(
     except RunExistsError as e:
         raise _fail(str(e)) from None
     _print_evals(cfg.run_dir)
+    from tracerl.report.html import write_report
+
+    console.print(
+        f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def _print_evals(run_dir: Path) -> None:

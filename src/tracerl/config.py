@@ -55,6 +55,9 @@ class EnvConfig(_Config):
     train_split: str = "train"
     eval_split: str = "heldout"
     eval_tasks: int = Field(20, ge=1)
+    adversarial_eval_tasks: int = Field(0, ge=0)
+    """Also evaluate this many tasks of the ``adversarial`` split (search: look-alike, dead
+    link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""
 
 
 class TrainerConfig(_Config):
@@ -100,6 +103,14 @@ class WarmStartConfig(_Config):
     """Which training tasks (a different draw from the RL steps' tasks)."""
 
 
+class ReportConfig(_Config):
+    sinks: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    """Where metrics go. ``metrics.jsonl`` is always written (the report reads it); add
+    ``tensorboard`` (``RUN/tensorboard``, needs the ``track`` extra) or ``wandb`` (offline,
+    ``RUN/wandb``; sync later with ``wandb sync``)."""
+    wandb_project: str = "tracerl"
+
+
 class RunConfig(_Config):
     name: str = "run"
     out_dir: str = "runs"
@@ -109,6 +120,7 @@ class RunConfig(_Config):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     warm_start: WarmStartConfig | None = None
     """None: RL from the model as loaded."""
+    report: ReportConfig = Field(default_factory=lambda: ReportConfig())
 
     @property
     def run_dir(self) -> Path:

@@ -22,82 +22,22 @@ split in ``metrics.jsonl``:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tracerl.envs import FaultInjector, make
-from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose, verify_citation
+from tracerl.report.sinks import append_metrics
+from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
 from tracerl.rewards.review import ReviewPool
 from tracerl.rollout.budget import Budgets, RolloutConfig
-from tracerl.rollout.groups import rollout_metrics, run_groups
-from tracerl.rollout.persist import EpisodeWriter, append_metrics
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.metrics import eval_metrics
 from tracerl.types import RewardBreakdown
 
 EVAL_CONFIG = RolloutConfig(budgets=Budgets(steps=4, tool_calls=4), max_turn_tokens=96)
-
-
-def _p95(values: list[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-
-
-def split_metrics(
-    episodes: list[Episode],
-    rewards: list[RewardBreakdown],
-    split: str,
-    contexts: list[RewardContext],
-) -> dict[str, float]:
-    em = [
-        c.value if c.decided and not c.gated else 0.0 for c in (r.component("em") for r in rewards)
-    ]
-    # every citation of every answer, wrong answers included (not only those the reward's
-    # gates let through): invalid citations matter most where the answer is wrong
-    verdicts = [
-        verify_citation(c, str(ctx.answer.get("text") or ""), ctx.lookup)
-        for ctx in contexts
-        if ctx.answer
-        for c in ctx.answer.get("citations") or []
-    ]
-    searches = [
-        sum(1 for s in e.steps for c in s.get("calls", []) if c["action"]["tool"] == "search")
-        for e in episodes
-    ]
-    eligible = [r.total for r in rewards if r.eligible]
-    n = max(1, len(episodes))
-    m = {
-        "success_rate": sum(em) / n,
-        "searches_mean": sum(searches) / n,
-        "invalid_citation_rate": (
-            sum(not v["valid"] for v in verdicts) / len(verdicts) if verdicts else 0.0
-        ),
-        "citations": float(len(verdicts)),
-        "latency_p95_s": _p95([e.receipt.wall_time_s or 0.0 for e in episodes]),
-        "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
-        "evaluator_error_rate": sum(r.error is not None for r in rewards) / n,
-        "episodes": float(len(episodes)),
-    }
-    for name in [c.name for c in rewards[0].components] if rewards else []:
-        values = [  # each reward component as its own metric, over the episodes it scored
-            c.value
-            for r in rewards
-            for c in r.components
-            if c.name == name and c.decided and not c.gated
-        ]
-        if values:
-            m[f"reward/{name}"] = sum(values) / len(values)
-    m.update(
-        {
-            k: v
-            for k, v in rollout_metrics(episodes).items()
-            if k.split("/")[0] in ("stop", "attribution")
-        }
-    )
-    return {f"eval/{split}/{k}": v for k, v in m.items()}
 
 
 def evaluate(
@@ -116,6 +56,13 @@ def evaluate(
     """`progress` (a `tracerl.report.progress` object) gets one phase per split."""
     spec = reward_spec or RewardSpec.from_yaml(SEARCH_REWARD)
     probe = make("search", corpus=corpus, protocol=protocol)
+
+    def env() -> Any:
+        return make("search", corpus=corpus, protocol=protocol)
+
+    def scorer(e: Episode) -> RewardBreakdown:
+        return compose(spec, RewardContext.from_trajectories(e.trajectories, probe.document))
+
     out_dir = Path(out_dir)
     writer = EpisodeWriter(out_dir, step=0)
     pool = ReviewPool(out_dir / "review.sqlite")
@@ -125,8 +72,7 @@ def evaluate(
         if progress is not None:
             progress.phase(f"eval {split}", len(tasks))
         episodes: list[Episode] = []
-        for kind, batch in _batches(tasks, split):
-            factory = _env_factory(corpus, protocol, timeouts=kind == "timeout", seed=seed)
+        for _, batch, factory in task_batches(tasks, env, seed=seed):
             groups = asyncio.run(
                 run_groups(
                     factory,
@@ -136,62 +82,44 @@ def evaluate(
                     group_size=1,
                     seed=seed,
                     on_episode=None if progress is None else progress.advance,
+                    writer=writer,
+                    score=scorer,
                 )
             )
             episodes += [g[0] for g in groups]
-        rewards, contexts = [], []
-        for e in episodes:
-            ctx = RewardContext.from_trajectories(e.trajectories, probe.document)
-            r = compose(spec, ctx)
-            rewards.append(r)
-            contexts.append(ctx)
-            writer.append(
-                dataclasses.replace(t, reward=r.to_dict(), _cache={}) for t in e.trajectories
-            )
-        m = split_metrics(episodes, rewards, split, contexts)
-        m.update(_review(pool, episodes, rewards, split))
-        if split == "adversarial":
-            m.update(_per_kind(episodes, rewards))
+        m = eval_metrics(episodes, split, probe.document)
+        m.update(_review(pool, episodes, split))
         append_metrics(out_dir, {"step": 0, "split": split, **m})
         metrics.update(m)
     return metrics
 
 
-def _batches(tasks: list[dict[str, Any]], split: str) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Adversarial tasks run per kind (timeouts need a fault-injecting env); others at once."""
-    if split != "adversarial":
-        return [("", tasks)]
-    kinds = sorted({t["kind"] for t in tasks})
-    return [(k, [t for t in tasks if t["kind"] == k]) for k in kinds]
+def task_batches(
+    tasks: list[dict[str, Any]], env: Callable[[], Any], *, seed: int
+) -> list[tuple[str, list[dict[str, Any]], Callable[[], Any]]]:
+    """``(kind, tasks, env factory)`` batches. Adversarial tasks run per trap kind: the
+    ``timeout`` kind in an env where half of the tool steps time out (retries may recover);
+    tasks without a kind run at once in `env`."""
+    kinds = sorted({str(t.get("kind", "")) for t in tasks})
+    out = []
+    for kind in kinds:
+        batch = [t for t in tasks if str(t.get("kind", "")) == kind]
+        factory = env
+        if kind == "timeout":
 
+            def factory(env: Callable[[], Any] = env) -> Any:
+                return FaultInjector(env(), rate=0.5, kinds=["timeout"], seed=seed)
 
-def _env_factory(corpus: str, protocol: str, *, timeouts: bool, seed: int) -> Any:
-    def factory() -> Any:
-        env = make("search", corpus=corpus, protocol=protocol)
-        if timeouts:  # half of the tool steps time out; retries may recover
-            return FaultInjector(env, rate=0.5, kinds=["timeout"], seed=seed)
-        return env
-
-    return factory
-
-
-def _per_kind(episodes: list[Episode], rewards: list[RewardBreakdown]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for kind in sorted({e.receipt.task.get("kind", "") for e in episodes}):
-        idx = [i for i, e in enumerate(episodes) if e.receipt.task.get("kind") == kind]
-        em = [rewards[i].component("em") for i in idx]
-        out[f"eval/adversarial/{kind}/success_rate"] = sum(
-            c.value for c in em if not c.gated
-        ) / len(idx)
+        out.append((kind, batch, factory))
     return out
 
 
-def _review(
-    pool: ReviewPool, episodes: list[Episode], rewards: list[RewardBreakdown], split: str
-) -> dict[str, float]:
+def _review(pool: ReviewPool, episodes: list[Episode], split: str) -> dict[str, float]:
     """Undecided answers go to the review pool; verdicts already given count as decided."""
     success = undecided = pending = 0
-    for e, r in zip(episodes, rewards, strict=True):
+    for e in episodes:
+        r = e.reward
+        assert r is not None, "evaluate scores every episode"
         em = r.component("em")
         if r.error is not None or em.gated:
             continue

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from tracerl.types import Trajectory, TrajectoryError
+
+log = logging.getLogger("tracerl")
 
 
 def _open(path: Path, mode: str, gz: bool | None = None) -> IO[str]:
@@ -92,3 +96,62 @@ def parse_lines(lines: Iterable[str], path: str | os.PathLike[str]) -> Iterator[
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     return list(iter_trajectories(path))
+
+
+# ---- append-only gzip files (one member per record, a crash may tear the last) ----------
+_CHUNK = 1 << 16
+
+
+def _member_end(data: bytes, start: int) -> int | None:
+    """Where the complete gzip member starting at `start` ends, or None if it is not one."""
+    d = zlib.decompressobj(wbits=31)
+    pos = start
+    try:
+        while pos < len(data):
+            chunk = data[pos : pos + _CHUNK]
+            d.decompress(chunk, 0)
+            if d.eof:
+                return pos + len(chunk) - len(d.unused_data)
+            pos += len(chunk)
+    except zlib.error:
+        return None
+    return None
+
+
+def complete_prefix(data: bytes) -> int:
+    """Length of the longest prefix of `data` made of complete gzip members."""
+    pos = 0
+    while pos < len(data):
+        end = _member_end(data, pos)
+        if end is None:
+            break
+        pos = end
+    return pos
+
+
+def check_tail(path: Path, data: bytes) -> int:
+    """The length of the file's good part. Only a torn *last* member may be cut: damage
+    followed by complete members is corruption, and nothing is cut or appended then."""
+    good = complete_prefix(data)
+    magic = data.find(b"\x1f\x8b\x08", good + 1)
+    while magic != -1:
+        if _member_end(data, magic) is not None:
+            raise TrajectoryError(
+                f"{path}: damaged at byte {good} with complete episodes after it; this is "
+                "not a torn last write. Keep the file and restore it from a copy."
+            )
+        magic = data.find(b"\x1f\x8b\x08", magic + 1)
+    return good
+
+
+def complete_members_text(path: Path) -> list[str]:
+    """The lines of a multi-member gzip file, up to its last complete member: a torn last
+    write (a crash, or a write still in progress) is skipped with a warning."""
+    data = path.read_bytes()
+    good = check_tail(path, data)
+    if good < len(data):
+        log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
+    text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
+    # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON
+    # written with ensure_ascii=False may contain inside strings.
+    return text.split("\n")

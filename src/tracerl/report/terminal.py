@@ -1,4 +1,6 @@
-"""A terminal view of a trajectory: every token coloured by its author."""
+"""Terminal views: a trajectory with every token coloured by its author (`tracerl show`),
+a whole episode of a run with its steps and reward (`tracerl show RUN EPISODE`), and the
+triage tables (`tracerl triage RUN`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracerl.report.run import EpisodeRecord
+from tracerl.report.triage import BUCKETS, Triage, classify
+from tracerl.report.viewer import action_text, observation_text
 from tracerl.types import Source, Trajectory
 
 STYLE = {
@@ -53,3 +58,79 @@ def print_trajectory(traj: Trajectory, console: Console | None = None) -> None:
         n = traj.count(src)
         table.add_row(src.value, str(n), str(n if src is Source.POLICY else 0))
     console.print(table)
+
+
+def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
+    """What the episode's HTML page shows: facts, reward breakdown, steps, tokens."""
+    console = console or Console()
+    rc, task = ep.receipt, ep.receipt.get("task") or {}
+    verdict = classify(ep)
+    facts = Table(show_header=False, box=None)
+    for k, v in (
+        ("episode", ep.episode_id),
+        ("where", ep.where),
+        ("replay id", rc.get("replay_id", "")),
+        ("question", task.get("question", "")),
+        ("gold answers", ", ".join(map(str, task.get("answers") or []))),
+        ("stop reason", ep.stop_reason),
+        ("attribution", ep.attribution),
+        ("triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"),
+        ("reward", "-" if ep.total is None else f"{ep.total:.3f}"),
+    ):
+        facts.add_row(Text(k, style="bold"), Text(str(v)))
+    console.print(facts)
+    if ep.reward is not None:
+        rt = Table(title="reward breakdown")
+        for col in ("component", "layer", "value", "weight", "contribution", "state"):
+            rt.add_column(
+                col, justify="right" if col in ("value", "weight", "contribution") else "left"
+            )
+        for c in ep.reward.components:
+            state = "gated" if c.gated else "" if c.decided else "undecided"
+            rt.add_row(
+                Text(c.name),
+                c.layer.value,
+                f"{c.value:.3f}",
+                f"{c.weight:.2f}",
+                f"{c.contribution:.3f}",
+                state,
+            )
+        console.print(rt)
+    st = Table(title="steps")
+    for col in ("step", "action", "observation", "latency ms", "evidence gain"):
+        st.add_column(col)
+    for s in ep.steps:
+        st.add_row(
+            str(s.get("step")),
+            Text(action_text(s)),
+            Text(observation_text(s)),
+            f"{s.get('latency_ms') or 0.0:.1f}",
+            f"{s.get('evidence_gain') or 0.0:.2f}",
+        )
+    console.print(st)
+    for t in ep.trajectories:
+        print_trajectory(t, console)
+
+
+def print_triage(tri: Triage, console: Console | None = None) -> None:
+    """One table per bucket: kinds, counts, shares and example episode ids."""
+    console = console or Console()
+    n = len(tri.verdicts)
+    counts = tri.counts()
+    console.print(
+        Text(
+            f"{n} episodes: " + ", ".join(f"{b} {counts.get(b, 0)}" for b in BUCKETS),
+            style="bold",
+        )
+    )
+    for bucket in BUCKETS:
+        kinds = tri.kinds(bucket)
+        if not kinds:
+            continue
+        table = Table(title=f"{bucket} ({counts[bucket]})")
+        for col in ("kind", "episodes", "share", "examples (tracerl show RUN <id>)"):
+            table.add_column(col, justify="right" if col in ("episodes", "share") else "left")
+        for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            examples = "\n".join(e.episode_id for e, _ in tri.examples(bucket, kind, 2))
+            table.add_row(kind, str(k), f"{100 * k / max(1, n):.0f}%", Text(examples))
+        console.print(table)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.base import StepResult
 from tracerl.envs.parsers import ActionParser, parser_for_model
 from tracerl.rollout.sampler import Sampler
-from tracerl.types import Attribution, Receipt, StopReason, Trajectory
+from tracerl.types import Attribution, Receipt, RewardBreakdown, StopReason, Trajectory
 
 
 @dataclass
@@ -39,10 +41,36 @@ class Episode:
     attribution: Attribution
     gradient_eligible: bool
     steps: list[dict[str, Any]] = field(default_factory=list)
+    reward: RewardBreakdown | None = None
+    """Set by `score_episode` (the run's reward), and written with the trajectories."""
 
     @property
     def episode_id(self) -> str:
         return self.receipt.episode_id
+
+
+ScoreFn = Callable[[Episode], "float | RewardBreakdown"]
+"""A reward function: a `RewardBreakdown` (named components), or a plain number."""
+
+
+def score_episode(episode: Episode, score: ScoreFn) -> Episode:
+    """Score `episode` and attach the breakdown to it and to each of its trajectories (so
+    the run directory keeps it). A plain number becomes a one-component breakdown; a
+    function that raises is the evaluator's fault: undecided, never a silent 0."""
+    try:
+        value = score(episode)
+    except Exception as e:
+        reward = RewardBreakdown.crashed(f"{type(e).__name__}: {e}")
+    else:
+        reward = (
+            value
+            if isinstance(value, RewardBreakdown)
+            else RewardBreakdown.scalar(value, episode.attribution)
+        )
+    episode.reward = reward
+    d = reward.to_dict()
+    episode.trajectories = [dataclasses.replace(t, reward=d) for t in episode.trajectories]
+    return episode
 
 
 def episode_seed(seed: int, *parts: Any) -> int:
@@ -107,6 +135,7 @@ def episode_from_trajectories(trajectories: list[Trajectory]) -> Episode:
     trajectories = sorted(trajectories, key=lambda t: t.sample_index)
     receipt = Receipt.from_dict(trajectories[0].receipt)
     steps = [dict(s) for t in trajectories for s in t.steps]
+    reward = trajectories[0].reward
     return Episode(
         trajectories,
         receipt,
@@ -114,4 +143,5 @@ def episode_from_trajectories(trajectories: list[Trajectory]) -> Episode:
         Attribution(receipt.attribution),
         receipt.gradient_eligible,
         steps,
+        RewardBreakdown.from_dict(reward) if reward else None,
     )

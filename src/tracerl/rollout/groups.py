@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracerl.envs.base import Env
 from tracerl.envs.registry import make
 from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.episode import ScoreFn, score_episode
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy, episode_seed, run_episode
 from tracerl.types import Attribution, StopReason
@@ -43,12 +45,15 @@ async def run_group(
     done: dict[str, Episode] | None = None,
     index: int | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    score: ScoreFn | None = None,
 ) -> list[Episode]:
     """`group_size` episodes of one task, each with its own seed and a fresh env.
 
     `done` maps episode ids to episodes already finished (read back from the run directory
     after a crash): those are returned as they are, not run (or written) again.
     `on_episode` is called with each episode as it finishes (or is reused): progress bars.
+    `score` (the run's reward) is attached to each episode before it is written, so the
+    run directory keeps every reward breakdown; a reused episode keeps the one it has.
     """
     if group_size < 1:
         raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
@@ -57,9 +62,12 @@ async def run_group(
     async def member(g: int) -> Episode:
         eid = group_episode_id(task, seed, g, index)
         if done is not None and eid in done:
+            episode = done[eid]
+            if score is not None and episode.reward is None:  # written before it was scored
+                score_episode(episode, score)
             if on_episode is not None:
-                on_episode(done[eid])
-            return done[eid]
+                on_episode(episode)
+            return episode
         async with limit or contextlib.nullcontext():
             episode = await run_episode(
                 factory(),
@@ -69,6 +77,8 @@ async def run_group(
                 seed=episode_seed(seed, task.get("id"), g, *(() if index is None else (index,))),
                 episode_id=eid,
             )
+        if score is not None:
+            score_episode(episode, score)
         if writer is not None:
             writer.append(episode.trajectories)
         if on_episode is not None:
@@ -107,6 +117,7 @@ async def run_groups(
     writer: EpisodeWriter | None = None,
     done: dict[str, Episode] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    score: ScoreFn | None = None,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit."""
     limit = asyncio.Semaphore(max_concurrent_episodes)
@@ -123,10 +134,19 @@ async def run_groups(
             done=done,
             index=i,
             on_episode=on_episode,
+            score=score,
         )
         for i, t in enumerate(tasks)
     ]
     return list(await asyncio.gather(*groups))
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile (nearest rank); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 def rollout_metrics(
@@ -137,7 +157,9 @@ def rollout_metrics(
 
     * ``rollout/premature_stop_rate``: episodes a budget cut off without ever being offered
       a finalize turn (what the terminal reserve exists to prevent);
-    * ``rollout/unfinished_after_budget``: episodes that ended on any budget without answering.
+    * ``rollout/unfinished_after_budget``: episodes that ended on any budget without answering;
+    * ``cost/tool_latency_ms_mean``: time spent in the environment's tools per episode;
+    * ``rollout/latency_p95_s``: the 95th percentile of episode wall time.
     """
     n = max(1, len(episodes))
     m: dict[str, float] = {}
@@ -160,6 +182,10 @@ def rollout_metrics(
     m["rollout/retries"] = sum(max(0, len(s.get("attempts", [])) - 1) for s in steps)
     for key in ("steps", "tool_calls", "sampled_tokens", "write_actions"):
         m[f"cost/{key}_mean"] = sum(e.receipt.ledger["used"][key] for e in episodes) / n
+    m["cost/tool_latency_ms_mean"] = (
+        sum(s.get("latency_ms") or 0.0 for e in episodes for s in e.receipt.steps) / n
+    )
+    m["rollout/latency_p95_s"] = p95([e.receipt.wall_time_s or 0.0 for e in episodes])
     if m["attribution/unknown_rate"] > unknown_warning:
         log.warning(
             "%.0f%% of steps failed with an unattributed fault (threshold %.0f%%): fix "

@@ -10,26 +10,15 @@ readers stop at the last complete member with a warning rather than failing the 
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import os
-import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
-from tracerl.jsonl import dumps, parse_lines
-from tracerl.types import Trajectory, TrajectoryError
+from tracerl.jsonl import check_tail, complete_members_text, dumps, parse_lines
+from tracerl.types import Trajectory
 
 log = logging.getLogger("tracerl")
-
-
-def append_metrics(run_dir: str | os.PathLike[str], row: dict[str, Any]) -> None:
-    """One line of ``metrics.jsonl`` in the run directory."""
-    path = Path(run_dir) / "metrics.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def episodes_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -38,51 +27,6 @@ def episodes_dir(run_dir: str | os.PathLike[str]) -> Path:
 
 def step_file(run_dir: str | os.PathLike[str], step: int) -> Path:
     return episodes_dir(run_dir) / f"step_{step}.jsonl.gz"
-
-
-_CHUNK = 1 << 16
-
-
-def _member_end(data: bytes, start: int) -> int | None:
-    """Where the complete gzip member starting at `start` ends, or None if it is not one."""
-    d = zlib.decompressobj(wbits=31)
-    pos = start
-    try:
-        while pos < len(data):
-            chunk = data[pos : pos + _CHUNK]
-            d.decompress(chunk, 0)
-            if d.eof:
-                return pos + len(chunk) - len(d.unused_data)
-            pos += len(chunk)
-    except zlib.error:
-        return None
-    return None
-
-
-def complete_prefix(data: bytes) -> int:
-    """Length of the longest prefix of `data` made of complete gzip members."""
-    pos = 0
-    while pos < len(data):
-        end = _member_end(data, pos)
-        if end is None:
-            break
-        pos = end
-    return pos
-
-
-def check_tail(path: Path, data: bytes) -> int:
-    """The length of the file's good part. Only a torn *last* member may be cut: damage
-    followed by complete members is corruption, and nothing is cut or appended then."""
-    good = complete_prefix(data)
-    magic = data.find(b"\x1f\x8b\x08", good + 1)
-    while magic != -1:
-        if _member_end(data, magic) is not None:
-            raise TrajectoryError(
-                f"{path}: damaged at byte {good} with complete episodes after it; this is "
-                "not a torn last write. Keep the file and restore it from a copy."
-            )
-        magic = data.find(b"\x1f\x8b\x08", magic + 1)
-    return good
 
 
 class EpisodeWriter:
@@ -128,14 +72,7 @@ def iter_episode_files(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
 
 def read_step_file(path: Path) -> Iterator[Trajectory]:
     """The trajectories of one step file, skipping (with a warning) a torn last write."""
-    data = path.read_bytes()
-    good = check_tail(path, data)
-    if good < len(data):
-        log.warning("%s: ignoring a torn last write of %d bytes", path, len(data) - good)
-    text = gzip.decompress(data[:good]).decode("utf-8") if good else ""
-    # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON
-    # written with ensure_ascii=False may contain inside strings.
-    yield from parse_lines(text.split("\n"), path)
+    yield from parse_lines(complete_members_text(path), path)
 
 
 def read_run_trajectories(run_dir: str | os.PathLike[str]) -> Iterator[tuple[Path, Trajectory]]:

@@ -1,8 +1,10 @@
 """Synchronous GRPO, one step at a time; reads top to bottom:
 
     sample G episodes per task through the rollout engine
-    -> score each episode (a reward function of the episode)
-    -> eligibility: environment-, evaluator- or unknown-attributed episodes are left out
+    -> score each episode as it finishes (a reward function of the episode; the breakdown
+       is written with it)
+    -> eligibility: environment-, evaluator- or unknown-attributed episodes, and rewards the
+       evaluator could not decide, are left out
     -> advantages per group (a registered estimator; eligible members only)
     -> one learner update on every sample of every eligible episode
     -> bump the sampler's policy version (the weights are shared in-process)
@@ -26,8 +28,11 @@ from tracerl.rollout.groups import EnvSource, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
+from tracerl.train.metrics import gradient_eligible, scored_metrics
+from tracerl.types import RewardBreakdown
 
-RewardFn = Callable[[Episode], float]
+RewardFn = Callable[[Episode], float | RewardBreakdown]
+"""A plain number or a `RewardBreakdown` (see `tracerl.rollout.episode.score_episode`)."""
 
 
 @dataclass
@@ -65,12 +70,13 @@ def grpo_step(
             writer=writer,
             done=done,
             on_episode=on_episode,
+            score=reward_fn,
         )
     )
     episodes = [e for g in groups for e in g]
-    rewards_B = torch.tensor([reward_fn(e) for e in episodes], dtype=torch.float32)
+    rewards_B = torch.tensor([e.reward.total for e in episodes], dtype=torch.float32)
     group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
-    eligible_B = torch.tensor([e.gradient_eligible for e in episodes])
+    eligible_B = torch.tensor([gradient_eligible(e) for e in episodes])
     advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
     rows, advs = [], []
     for e, a, ok in zip(episodes, advantages_B.tolist(), eligible_B.tolist(), strict=True):
@@ -81,6 +87,7 @@ def grpo_step(
     policy.sampler.policy_version += 1
     metrics.update(rollout_metrics(episodes))
     metrics["train/reward_mean"] = float(rewards_B.mean())
+    metrics.update({f"train/{k}": v for k, v in scored_metrics(episodes).items()})
     metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in episodes))
     metrics["train/policy_version"] = float(policy.sampler.policy_version)
     return metrics, episodes

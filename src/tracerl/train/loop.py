@@ -30,17 +30,22 @@ from typing import Any
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
 from tracerl.envs import get_parser, make
+from tracerl.evaluate import task_batches
 from tracerl.report.progress import QuietProgress
+from tracerl.report.run import metric_rows
+from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
-from tracerl.rollout.episode import episode_from_trajectories
+from tracerl.rollout.episode import ScoreFn, episode_from_trajectories
 from tracerl.rollout.groups import run_groups
-from tracerl.rollout.persist import EpisodeWriter, append_metrics, read_step_file, step_file
+from tracerl.rollout.persist import EpisodeWriter, read_step_file, step_file
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
+from tracerl.train.metrics import citation_metrics, eval_metrics
 from tracerl.train.warm_start import warm_start
+from tracerl.types import RewardBreakdown
 
 Log = Callable[[str], None]
 
@@ -49,7 +54,8 @@ class RunExistsError(RuntimeError):
     pass
 
 
-def reward_function(cfg: RunConfig, probe: Any) -> Callable[[Episode], float]:
+def reward_function(cfg: RunConfig, probe: Any) -> ScoreFn:
+    """The run's reward: a plain number (arithmetic) or a layered breakdown (search)."""
     if cfg.trainer.reward == "arithmetic":
         from tracerl.envs.arithmetic import digit_reward
 
@@ -64,8 +70,8 @@ def reward_function(cfg: RunConfig, probe: Any) -> Callable[[Episode], float]:
     spec = RewardSpec.from_yaml(SEARCH_REWARD)
     lookup = getattr(probe, "document", lambda _: None)
 
-    def search(e: Episode) -> float:
-        return compose(spec, RewardContext.from_trajectories(e.trajectories, lookup)).total
+    def search(e: Episode) -> RewardBreakdown:
+        return compose(spec, RewardContext.from_trajectories(e.trajectories, lookup))
 
     return search
 
@@ -81,18 +87,6 @@ def _done_episodes(run_dir: Path, step: int) -> dict[str, Episode]:
     return {k: episode_from_trajectories(v) for k, v in by_id.items()}
 
 
-def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of ``metrics.jsonl`` (a line torn by a crash is skipped)."""
-    path = run_dir / "metrics.jsonl"
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
     """Drop metric lines of steps the checkpoint (of `step`; None: no checkpoint) does not
     contain: they will be redone. The evaluation after the checkpointed step is kept."""
@@ -101,7 +95,7 @@ def _trim_metrics(run_dir: Path, step: int | None) -> None:
         return
     keep = [
         row
-        for row in _metric_rows(run_dir)
+        for row in metric_rows(run_dir)
         if step is not None
         and row.get("step", 0) <= (step if row.get("phase") == "train" else step + 1)
     ]
@@ -113,24 +107,26 @@ def _trim_metrics(run_dir: Path, step: int | None) -> None:
 def eval_history(run_dir: Path) -> list[dict[str, Any]]:
     """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean}``."""
     out = []
-    for row in _metric_rows(run_dir):
+    for row in metric_rows(run_dir):
         if row.get("phase") != "eval":
             continue
-        split = next(k.split("/")[1] for k in row if k.endswith("/success_rate"))
-        out.append(
-            {
-                "stage": row.get("stage", "train"),
-                "step": row["step"],
-                "split": split,
-                "success_rate": row[f"eval/{split}/success_rate"],
-                "reward_mean": row[f"eval/{split}/reward_mean"],
-            }
-        )
+        for key in row:
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "eval" and parts[2] == "success_rate":
+                out.append(
+                    {
+                        "stage": row.get("stage", "train"),
+                        "step": row["step"],
+                        "split": parts[1],
+                        "success_rate": row[key],
+                        "reward_mean": row.get(f"eval/{parts[1]}/reward_mean", 0.0),
+                    }
+                )
     return out
 
 
 def _has_eval(run_dir: Path, step: int) -> bool:
-    return any(r.get("phase") == "eval" and r.get("step") == step for r in _metric_rows(run_dir))
+    return any(r.get("phase") == "eval" and r.get("step") == step for r in metric_rows(run_dir))
 
 
 class _Stop:
@@ -187,6 +183,32 @@ def train(
     policy = Policy.from_bundle(bundle, sampler, parser)
     probe = make(cfg.env.name, **cfg.env.kwargs)
     reward = reward_function(cfg, probe)
+    sink = MetricsLog.open(
+        run_dir,
+        cfg.report.sinks,
+        name=cfg.name,
+        project=cfg.report.wandb_project,
+        config=cfg.model_dump(mode="json"),
+    )
+    try:
+        return _train(cfg, ckpt, resume, bundle, sampler, policy, probe, reward, sink, bars)
+    finally:
+        sink.close()
+
+
+def _train(
+    cfg: RunConfig,
+    ckpt: Any,
+    resume: bool,
+    bundle: Any,
+    sampler: BatchedHFSampler,
+    policy: Policy,
+    probe: Any,
+    reward: ScoreFn,
+    sink: MetricsLog,
+    bars: QuietProgress,
+) -> dict[str, float]:
+    log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
 
     def env() -> Any:
         return make(cfg.env.name, **cfg.env.kwargs)
@@ -197,9 +219,9 @@ def train(
             _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
-        final = _evaluate(cfg, env, probe, policy, reward, run_dir, 0, bars, "baseline")
+        final = _evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "baseline")
         if cfg.warm_start is not None:
-            final = _warm_start(cfg, bundle, env, probe, policy, reward, run_dir, bars)
+            final = _warm_start(cfg, bundle, env, probe, policy, reward, sink, bars)
             sampler.policy_version += 1
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
     learner = Learner(bundle.model, _learner_config(cfg))
@@ -211,7 +233,7 @@ def train(
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
         if start >= t.steps and not _has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
-            final = _evaluate(cfg, env, probe, policy, reward, run_dir, t.steps, bars)
+            final = _evaluate(cfg, env, probe, policy, reward, sink, t.steps, bars)
     grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
     bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
@@ -225,7 +247,7 @@ def train(
             tasks = probe.sample_tasks(
                 cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
             )
-            m, _ = grpo_step(
+            m, episodes = grpo_step(
                 env,
                 tasks,
                 policy,
@@ -237,8 +259,12 @@ def train(
                 done=_done_episodes(run_dir, step),
                 on_episode=bars.advance,
             )
+            if hasattr(probe, "document"):
+                m.update(
+                    {f"train/{k}": v for k, v in citation_metrics(episodes, probe.document).items()}
+                )
             m["time/step_s"] = time.perf_counter() - t0
-            append_metrics(run_dir, {"step": step, "phase": "train", **m})
+            sink.log({"step": step, "phase": "train", **m})
             log(
                 f"step {step}: reward {m['train/reward_mean']:.3f}, "
                 f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
@@ -253,7 +279,7 @@ def train(
                 log(f"stopped by a signal after step {step}; checkpoint written")
                 return final
             if last or (t.eval_every and (step + 1) % t.eval_every == 0):
-                final = _evaluate(cfg, env, probe, policy, reward, run_dir, step + 1, bars)
+                final = _evaluate(cfg, env, probe, policy, reward, sink, step + 1, bars)
     finally:
         stop.restore()
     return final
@@ -282,11 +308,11 @@ def _warm_start(
     probe: Any,
     policy: Policy,
     reward: Any,
-    run_dir: Path,
+    sink: MetricsLog,
     bars: QuietProgress,
 ) -> dict[str, float]:
     """SFT on the reference agent (see `warm_start`), then the evaluation RL must beat."""
-    ws = cfg.warm_start
+    ws, run_dir = cfg.warm_start, cfg.run_dir
     assert ws is not None
     tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
     m = warm_start(
@@ -304,13 +330,13 @@ def _warm_start(
         done=_done_episodes(run_dir / "warm_start", 0),
         progress=bars,
     )
-    append_metrics(run_dir, {"step": 0, "phase": "warm_start", **m})
+    sink.log({"step": 0, "phase": "warm_start", **m})
     bars.line(
         f"warm start: SFT on {m['warm_start/kept']:.0f} reference episodes, NLL "
         f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
         f"{m['time/warm_start_s']:.1f} s"
     )
-    return _evaluate(cfg, env, probe, policy, reward, run_dir, 0, bars, "warm_start")
+    return _evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start")
 
 
 def _evaluate(
@@ -319,7 +345,7 @@ def _evaluate(
     probe: Any,
     policy: Policy,
     reward: Any,
-    run_dir: Path,
+    sink: MetricsLog,
     step: int,
     bars: QuietProgress,
     stage: str = "train",
@@ -327,28 +353,36 @@ def _evaluate(
     """The eval split's success at this point: ``stage`` is ``baseline`` (the model as
     loaded), ``warm_start`` (after the warm start) or ``train`` (after `step` RL steps).
     Episodes already written for this evaluation (before a crash) are reused."""
-    split = cfg.env.eval_split
-    tasks = probe.sample_tasks(cfg.env.eval_tasks, seed=cfg.trainer.seed, split=split)
+    run_dir = cfg.run_dir
     folder = run_dir / "eval" / stage if stage == "warm_start" else run_dir / "eval"
-    bars.phase(f"eval {split} ({stage} {step})", len(tasks))
-    groups = asyncio.run(
-        run_groups(
-            env,
-            tasks,
-            policy,
-            cfg.rollout,
-            group_size=1,
-            seed=10**6 + step,
-            writer=EpisodeWriter(folder, step),
-            done=_done_episodes(folder, step),
-            on_episode=bars.advance,
-        )
-    )
-    rewards = [reward(g[0]) for g in groups]
-    m = {
-        f"eval/{split}/success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
-        f"eval/{split}/reward_mean": sum(rewards) / len(rewards),
-    }
-    append_metrics(run_dir, {"step": step, "phase": "eval", "stage": stage, **m})
+    lookup = getattr(probe, "document", None)
+    m: dict[str, float] = {}
+    splits = [(cfg.env.eval_split, cfg.env.eval_tasks)]
+    if cfg.env.adversarial_eval_tasks:
+        splits.append(("adversarial", cfg.env.adversarial_eval_tasks))
+    for split, n in splits:
+        tasks = probe.sample_tasks(n, seed=cfg.trainer.seed, split=split)
+        bars.phase(f"eval {split} ({stage} {step})", len(tasks))
+        where = folder if split == cfg.env.eval_split else folder / split
+        episodes = []
+        for _, batch, factory in task_batches(tasks, env, seed=cfg.trainer.seed):
+            groups = asyncio.run(
+                run_groups(
+                    factory,
+                    batch,
+                    policy,
+                    cfg.rollout,
+                    group_size=1,
+                    seed=10**6 + step,
+                    writer=EpisodeWriter(where, step),
+                    done=_done_episodes(where, step),
+                    on_episode=bars.advance,
+                    score=reward,
+                )
+            )
+            episodes += [g[0] for g in groups]
+        m.update(eval_metrics(episodes, split, lookup))
+    sink.log({"step": step, "phase": "eval", "stage": stage, **m})
+    split = cfg.env.eval_split
     bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
     return m

@@ -26,9 +26,11 @@ from typing import Any
 from tracerl.envs.parsers import ActionParser
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.episode import ScoreFn
 from tracerl.rollout.groups import episode_task_id, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.metrics import gradient_eligible
 from tracerl.train.sft import sft
 
 
@@ -65,7 +67,7 @@ def warm_start(
     env: Callable[[], Any],
     probe: Any,
     parser: ActionParser,
-    reward: Callable[[Episode], float],
+    reward: ScoreFn,
     rollout: RolloutConfig,
     run_dir: Path,
     *,
@@ -91,10 +93,11 @@ def warm_start(
             writer=EpisodeWriter(run_dir / "warm_start", 0),
             done=done,
             on_episode=None if progress is None else progress.advance,
+            score=reward,
         )
     )
     episodes = [g[0] for g in groups]
-    kept = [e for e in episodes if e.gradient_eligible and reward(e) >= 1.0]
+    kept = [e for e in episodes if gradient_eligible(e) and e.reward and e.reward.succeeded]
     if not kept:
         raise RuntimeError(
             f"warm start: the reference agent succeeded on none of {len(episodes)} tasks; "

@@ -81,6 +81,37 @@ class RewardBreakdown:
         m["reward/total"] = self.total
         return m
 
+    @classmethod
+    def scalar(cls, value: float, attribution: Attribution) -> RewardBreakdown:
+        """A plain number from a user's reward function, as one outcome component
+        (``reward``): it counts as success at 1.0 or more."""
+        c = RewardComponent("reward", Layer.OUTCOME, float(value), 1.0, float(value))
+        return cls((c,), float(value), attribution, True)
+
+    @classmethod
+    def crashed(cls, error: str) -> RewardBreakdown:
+        """A reward function that raised: the evaluator's fault, undecided, never a 0."""
+        c = RewardComponent("reward", Layer.OUTCOME, 0.0, 1.0, 0.0, {"error": error}, False)
+        return cls((c,), 0.0, Attribution.EVALUATOR, False, error)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RewardBreakdown:
+        """What `to_dict` wrote (``eligible`` is derived again, not read)."""
+        comps = tuple(
+            RewardComponent(
+                c["name"],
+                Layer(c["layer"]),
+                c["value"],
+                c["weight"],
+                c["contribution"],
+                c.get("evidence") or {},
+                c.get("decided", True),
+                c.get("gated", False),
+            )
+            for c in d["components"]
+        )
+        return cls(comps, d["total"], Attribution(d["attribution"]), d["decided"], d.get("error"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,

@@ -1,0 +1,194 @@
+"""Reading a run directory: metric rows and episodes, nothing else.
+
+The report, `tracerl show` and `tracerl triage` read only what the trainer wrote (see
+ARCHITECTURE.md, "The run directory"), so they work on a run that is still going and on one
+copied from another machine:
+
+    metrics.jsonl                        rows {"step", "phase": train|eval|warm_start, ...}
+    config.yaml                          the resolved config
+    episodes/step_<n>.jsonl.gz           training episodes of step n
+    eval/episodes/step_<n>.jsonl.gz      evaluations (baseline and after n RL steps)
+    eval/warm_start/episodes/...         the evaluation after the warm start
+    eval/[<stage>/]adversarial/episodes  the adversarial split, when configured
+    warm_start/episodes/step_0.jsonl.gz  the reference agent's episodes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tracerl.jsonl import complete_members_text, parse_lines
+from tracerl.types import RewardBreakdown, Trajectory
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class RunDirError(ValueError):
+    """The path is not a run directory (or the episode is not in it)."""
+
+
+def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` (a line torn by a crash, or still being written, is
+    skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+@dataclass
+class EpisodeRecord:
+    """One episode as the run directory holds it, and where it came from."""
+
+    trajectories: list[Trajectory]
+    phase: str
+    """``train``, ``eval``, ``warm_start`` (the reference agent) or ``episodes`` (a run
+    directory written by `tracerl eval` or `tracerl demo`)."""
+    stage: str
+    """For evaluations: ``baseline``, ``warm_start`` or ``train``; else the phase."""
+    split: str
+    step: int
+    path: Path
+
+    @property
+    def episode_id(self) -> str:
+        return self.trajectories[0].episode_id or ""
+
+    @property
+    def receipt(self) -> dict[str, Any]:
+        return self.trajectories[0].receipt or {}
+
+    @cached_property
+    def reward(self) -> RewardBreakdown | None:
+        d = self.trajectories[0].reward
+        return RewardBreakdown.from_dict(d) if d else None
+
+    @property
+    def total(self) -> float | None:
+        return None if self.reward is None else self.reward.total
+
+    @property
+    def succeeded(self) -> bool:
+        return self.reward is not None and self.reward.succeeded
+
+    @property
+    def stop_reason(self) -> str:
+        return str(self.receipt.get("stop_reason") or "")
+
+    @property
+    def attribution(self) -> str:
+        return str(self.receipt.get("attribution") or "unknown")
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        by_step = {s["step"]: s for t in self.trajectories for s in t.steps if "step" in s}
+        return [by_step[k] for k in sorted(by_step)]
+
+    @property
+    def where(self) -> str:
+        """A short label: "train step 3", "eval (warm_start) step 0", "warm start"."""
+        if self.phase == "eval":
+            split = "" if self.split in ("", "heldout") else f" {self.split}"
+            return f"eval{split} ({self.stage}) step {self.step}"
+        if self.phase == "warm_start":
+            return "warm start reference"
+        return f"{self.phase} step {self.step}"
+
+
+def _origin(run_dir: Path, path: Path) -> tuple[str, str, str, int]:
+    """(phase, stage, split, step) from a step file's place in the run directory."""
+    step = int(path.name.split("_")[1].split(".")[0])
+    parts = path.relative_to(run_dir).parts[:-2]  # drop "episodes/step_n.jsonl.gz"
+    if not parts:
+        return "train", "train", "train", step
+    if parts[0] == "warm_start":
+        return "warm_start", "warm_start", "train", step
+    if parts[0] == "eval":
+        rest = list(parts[1:])
+        split = rest.pop() if rest and rest[-1] == "adversarial" else "heldout"
+        stage = rest[0] if rest else ("baseline" if step == 0 else "train")
+        return "eval", stage, split, step
+    return "episodes", parts[0], parts[0], step
+
+
+def step_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every episode file of the run, training steps first (in step order), then the rest."""
+    root = Path(run_dir)
+    files = [p for p in root.rglob("step_*.jsonl.gz") if p.parent.name == "episodes"]
+
+    def key(p: Path) -> tuple[int, str, int]:
+        phase, _, _, step = _origin(root, p)
+        return (0 if phase == "train" else 1, str(p.parent), step)
+
+    return sorted(files, key=key)
+
+
+def _read(path: Path) -> list[Trajectory]:
+    """One step file's trajectories; a torn last write (a crash, or a write in progress)
+    is ignored."""
+    return list(parse_lines(complete_members_text(path), path))
+
+
+def iter_episodes(run_dir: str | os.PathLike[str]) -> Iterator[EpisodeRecord]:
+    """Every episode of the run directory (see `step_files` for the order)."""
+    root = Path(run_dir)
+    for path in step_files(root):
+        phase, stage, split, step = _origin(root, path)
+        by_id: dict[str, list[Trajectory]] = {}
+        for t in _read(path):
+            by_id.setdefault(t.episode_id or "", []).append(t)
+        for trajs in by_id.values():
+            trajs.sort(key=lambda t: t.sample_index)
+            yield EpisodeRecord(trajs, phase, stage, split, step, path)
+
+
+def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord:
+    """An episode by id, replay id (``ro_...``) or a unique prefix of either."""
+    matches = [
+        e
+        for e in iter_episodes(run_dir)
+        if e.episode_id == episode or e.receipt.get("replay_id") == episode
+    ]
+    if not matches:
+        matches = [
+            e
+            for e in iter_episodes(run_dir)
+            if e.episode_id.startswith(episode)
+            or str(e.receipt.get("replay_id", "")).startswith(episode)
+        ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunDirError(
+            f"{run_dir}: no episode {episode!r}; list them with `tracerl triage {run_dir}` "
+            "or open the report's episode links"
+        )
+    names = ", ".join(f"{m.episode_id} ({m.where})" for m in matches[:5])
+    raise RunDirError(
+        f"{run_dir}: {len(matches)} episodes match {episode!r} (e.g. {names}); "
+        "give the full episode id or the replay id"
+    )
+
+
+def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: no such directory; pass a run directory such as runs/<name>")
+    if not (root / METRICS_FILE).exists() and not step_files(root):
+        raise RunDirError(
+            f"{root}: neither metrics.jsonl nor episodes/ found; is this a run directory "
+            "written by `tracerl train`, `tracerl eval` or `tracerl demo`?"
+        )
+    return root

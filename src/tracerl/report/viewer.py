@@ -1,0 +1,212 @@
+"""The trajectory viewer: one HTML page per episode.
+
+Every token is drawn in its author's colour (prompt, policy, environment, echo, template)
+with the loss mask outlined, beside the text of each segment; then each step's action,
+observation, cost, evidence gain and receipt fields; the reward breakdown with the
+citation verdicts; the attribution and the stop reason. All model, tool and task text is
+escaped (`tracerl.report.page.esc`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from tracerl.report.page import Raw, esc, page, table
+from tracerl.report.run import EpisodeRecord
+from tracerl.report.triage import classify
+from tracerl.types import Source, Trajectory
+
+SOURCES = [s.value for s in Source]
+
+
+def page_name(ep: EpisodeRecord) -> str:
+    """A file name for the episode's page, unique within the run (the same id can recur in
+    two evaluations of one step)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", ep.episode_id)[:60].strip("_") or "episode"
+    digest = hashlib.sha1(f"{ep.path}|{ep.episode_id}".encode()).hexdigest()[:8]
+    return f"{slug}-{digest}.html"
+
+
+def _tag(text: str, kind: str = "") -> Raw:
+    return Raw(f'<span class="tag {kind}">{esc(text)}</span>')
+
+
+def action_text(step: dict[str, Any]) -> str:
+    action = step.get("action") or {}
+    if step.get("fault"):
+        return f"unreadable: {step['fault'].get('message', '')}"
+    if action.get("kind") == "final" or action.get("answer") is not None:
+        return f"answer: {action.get('answer')}"
+    calls = action.get("tool_calls") or []
+    return "; ".join(
+        f"{c['name']}({json.dumps(c.get('arguments'), ensure_ascii=False)})" for c in calls
+    )
+
+
+def observation_text(step: dict[str, Any]) -> str:
+    calls = step.get("calls") or []
+    if not calls:
+        return "–"
+    return "; ".join(
+        f"{c['action']['tool']}: {c['observation']['status']} "
+        f"({c['observation'].get('chars', 0)} chars)"
+        for c in calls
+    )
+
+
+def _steps_table(ep: EpisodeRecord) -> str:
+    events = {e.get("step"): e for e in (ep.receipt.get("ledger") or {}).get("events", [])}
+    rows = []
+    for s in ep.steps:
+        k = s.get("step")
+        ev = events.get(k, {})
+        owner = "policy" if s.get("policy_error") else "environment" if s.get("infra_error") else ""
+        rows.append(
+            [
+                k,
+                action_text(s),
+                observation_text(s),
+                f"{ev.get('cost_ms', s.get('latency_ms', 0.0)) or 0.0:.1f}",
+                f"{s.get('evidence_gain', ev.get('evidence_gain', 0.0)) or 0.0:.2f}",
+                s.get("tokens", ""),
+                s.get("exception") or "",
+                max(0, len(s.get("attempts") or []) - 1),
+                _tag(owner + " error", "bad" if owner == "policy" else "env") if owner else "",
+            ]
+        )
+    return table(
+        [
+            "step",
+            "action",
+            "observation",
+            "cost ms",
+            "evidence gain",
+            "tokens",
+            "exception",
+            "retries",
+            "fault",
+        ],
+        rows,
+        num={0, 3, 4, 5, 7},
+    )
+
+
+def _reward_table(ep: EpisodeRecord) -> str:
+    r = ep.trajectories[0].reward
+    if not r:
+        return "<p>No reward was recorded for this episode.</p>"
+    rows = []
+    for c in r["components"]:
+        state = "gated" if c.get("gated") else "undecided" if not c.get("decided", True) else ""
+        evidence = json.dumps(c.get("evidence") or {}, ensure_ascii=False, indent=None)
+        rows.append(
+            [
+                c["name"],
+                c["layer"],
+                f"{c['value']:.3f}",
+                f"{c['weight']:.2f}",
+                f"{c['contribution']:.3f}",
+                state,
+                Raw(f"<code>{esc(evidence[:600])}</code>") if evidence != "{}" else "",
+            ]
+        )
+    head = (
+        f"<p>total <b>{r['total']:.3f}</b> · attribution {esc(r['attribution'])} · "
+        f"{'decided' if r['decided'] else 'undecided'} · "
+        f"{'eligible for the gradient' if r.get('eligible') else 'not eligible for the gradient'}"
+        f"{' · evaluator error: ' + esc(r['error']) if r.get('error') else ''}</p>"
+    )
+    return head + table(
+        ["component", "layer", "value", "weight", "contribution", "state", "evidence"],
+        rows,
+        num={2, 3, 4},
+    )
+
+
+def _token_view(t: Trajectory) -> str:
+    cells, text = [], []
+    pos = 0
+    for seg in t.segments:
+        cls = f"src-{seg.source.value}"
+        lps = seg.logprobs or (None,) * len(seg.token_ids)
+        for tid, lp in zip(seg.token_ids, lps, strict=True):
+            loss = seg.source is Source.POLICY
+            tip = f"#{pos} {seg.source.value} id {tid} loss {int(loss)}"
+            if lp is not None:
+                tip += f" logprob {lp:.3f}"
+            cells.append(f'<i class="{cls}{" loss" if loss else ""}" title="{esc(tip)}"></i>')
+            pos += 1
+        label = f"{seg.source.value} · step {seg.step} · {len(seg.token_ids)} tokens"
+        if seg.source is Source.POLICY:
+            label += f" · loss · policy v{seg.policy_version}"
+        text.append(
+            f'<span class="seg {cls}" title="{esc(label)}">'
+            f"{esc(seg.text if seg.text is not None else f'<{len(seg.token_ids)} tokens>')}</span>"
+        )
+    counts = ", ".join(f"{s}: {t.count(s)}" for s in SOURCES if t.count(s))
+    return (
+        f"<h3>sample {t.sample_index}: {len(t)} tokens, {sum(t.loss_mask)} with loss "
+        f'({esc(counts)})</h3><div class="strip" aria-label="one cell per token">'
+        + "".join(cells)
+        + '</div><div class="tokens">'
+        + "".join(text)
+        + "</div>"
+    )
+
+
+def episode_page(ep: EpisodeRecord, back: str = "../index.html") -> str:
+    rc = ep.receipt
+    task = rc.get("task") or {}
+    verdict = classify(ep)
+    ledger = rc.get("ledger") or {}
+    facts = [
+        ["where", ep.where],
+        ["episode id", ep.episode_id],
+        ["replay id", rc.get("replay_id", "")],
+        ["question", task.get("question", task.get("prompt", ""))],
+        ["gold answers", ", ".join(map(str, task.get("answers") or []))],
+        ["stop reason", _tag(ep.stop_reason, "ok" if ep.stop_reason == "answered" else "bad")],
+        ["attribution", _tag(ep.attribution, "env" if ep.attribution == "environment" else "")],
+        ["triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"],
+        ["gradient eligible", str(rc.get("gradient_eligible"))],
+        ["policy version", rc.get("policy_version")],
+        ["model", rc.get("model_id", "")],
+        ["env", f"{(rc.get('env') or {}).get('name')} {(rc.get('env') or {}).get('version')}"],
+        ["seed", rc.get("seed")],
+        ["wall time", f"{rc.get('wall_time_s') or 0.0:.2f} s"],
+        ["side-effect guard", rc.get("side_effect_guard", "")],
+        ["error", rc.get("error") or ""],
+    ]
+    legend = " ".join(f'<span class="seg src-{s}">{s}</span>' for s in SOURCES)
+    body = (
+        f'<p><a href="{esc(back)}">← dashboard</a></p>'
+        f"<h1>Episode {esc(ep.episode_id)}</h1>"
+        f'<p class="sub">{esc(ep.where)} · reward '
+        f"{'–' if ep.total is None else f'{ep.total:.3f}'} · {esc(verdict.bucket)}</p>"
+        + table(["", ""], [[k, v] for k, v in facts if v not in (None, "")])
+        + "<h2>Reward breakdown</h2>"
+        + _reward_table(ep)
+        + "<h2>Steps</h2>"
+        + _steps_table(ep)
+        + "<h2>Budget ledger</h2>"
+        + table(
+            ["budget", "limit", "used"],
+            [
+                [k, (ledger.get("budgets") or {}).get(k, "–"), v]
+                for k, v in (ledger.get("used") or {}).items()
+            ],
+            num={1, 2},
+        )
+        + f"<p>finalize: {esc(ledger.get('finalize') or 'not routed')}</p>"
+        + "<h2>Tokens by author</h2>"
+        + f"<p>{legend} · policy tokens are outlined (loss mask 1) · "
+        '<label><input type="checkbox" id="mask-only"> dim tokens without loss</label></p>'
+        + "".join(_token_view(t) for t in ep.trajectories)
+        + "<h2>Receipt</h2><details><summary>the full receipt (JSON)</summary><pre>"
+        + esc(json.dumps(rc, indent=1, ensure_ascii=False, default=str))
+        + "</pre></details>"
+    )
+    return page(f"episode {ep.episode_id}", body)

@@ -1,0 +1,133 @@
+"""What a batch of scored episodes measures, beyond the rollout's own metrics.
+
+The same function serves training rows (``train/...``) and evaluation rows
+(``eval/<split>/...``), so a curve means the same thing on both:
+
+    success_rate               the first outcome component reached 1.0 (exact match)
+    reward/<component>         each component's mean over the episodes it scored
+    constraint_violation_rate  policy-owned episodes where a constraint-layer component
+                               (format, forbidden tools, permissions) failed (an outage that
+                               cut an episode short broke nothing); ``constraint/<name>`` each
+    invalid_citation_rate      (`citation_metrics`, given the env's document lookup) citations
+                               whose chain fails, over all citations of all answers
+    evaluator_error_rate       episodes whose reward code crashed (never scored 0)
+    ineligible_episodes        episodes left out of the gradient (environment, evaluator or
+                               undecided), a count
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tracerl.rewards import RewardContext, verify_citation
+from tracerl.rollout.groups import rollout_metrics
+from tracerl.rollout.runner import Episode
+from tracerl.types import Attribution, Layer, RewardBreakdown
+
+Lookup = Callable[[str], str | None]
+
+
+def gradient_eligible(e: Episode) -> bool:
+    """May this episode train the policy? Its rollout must be the policy's (or a success
+    despite the environment) and its reward decided by a healthy evaluator."""
+    return e.gradient_eligible and (e.reward is None or e.reward.eligible)
+
+
+def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    rewards = [e.reward for e in episodes if e.reward is not None]
+    n = max(1, len(rewards))
+    m: dict[str, float] = {
+        "success_rate": sum(r.succeeded for r in rewards) / n,
+        "evaluator_error_rate": sum(r.error is not None for r in rewards) / n,
+        "ineligible_episodes": float(sum(not gradient_eligible(e) for e in episodes)),
+    }
+    names = list(dict.fromkeys(c.name for r in rewards for c in r.components))
+    for name in names:
+        scored = [
+            c for r in rewards for c in r.components if c.name == name and c.decided and not c.gated
+        ]
+        if scored:
+            m[f"reward/{name}"] = sum(c.value for c in scored) / len(scored)
+    # an outage that cut an episode short broke no constraint: only policy-owned count
+    violated = [_violations(r) for r in rewards if r.attribution is Attribution.POLICY]
+    k = max(1, len(violated))
+    m["constraint_violation_rate"] = sum(bool(v) for v in violated) / k
+    for name in dict.fromkeys(
+        c.name for r in rewards for c in r.components if c.layer is Layer.CONSTRAINT
+    ):
+        m[f"constraint/{name}"] = sum(name in v for v in violated) / k
+    return m
+
+
+def citation_metrics(episodes: Sequence[Episode], lookup: Lookup) -> dict[str, float]:
+    """``invalid_citation_rate`` and ``citations`` (a count), given the env's documents."""
+    verdicts = _citation_verdicts(episodes, lookup)
+    return {
+        "invalid_citation_rate": (
+            sum(not v["valid"] for v in verdicts) / len(verdicts) if verdicts else 0.0
+        ),
+        "citations": float(len(verdicts)),
+    }
+
+
+def _violations(r: RewardBreakdown) -> set[str]:
+    """The constraint components this reward found broken (scored, decided, below 1)."""
+    return {
+        c.name
+        for c in r.components
+        if c.layer is Layer.CONSTRAINT and c.decided and not c.gated and c.value < 1.0
+    }
+
+
+def _citation_verdicts(episodes: Sequence[Episode], lookup: Lookup) -> list[dict]:
+    # every citation of every answer, wrong answers included (not only those the reward's
+    # gates let through): invalid citations matter most where the answer is wrong
+    out = []
+    for e in episodes:
+        ctx = RewardContext.from_trajectories(e.trajectories, lookup)
+        if ctx.answer:
+            text = str(ctx.answer.get("text") or "")
+            out += [verify_citation(c, text, lookup) for c in ctx.answer.get("citations") or []]
+    return out
+
+
+def eval_metrics(
+    episodes: Sequence[Episode], split: str, lookup: Lookup | None = None
+) -> dict[str, float]:
+    """One evaluation's metrics, named ``eval/<split>/...``: the scored metrics above,
+    ``reward_mean`` over eligible episodes, searches per episode, P95 latency, tool cost,
+    stop reasons and attribution; on the adversarial split each trap kind's success as
+    ``eval/adversarial/<kind>/success_rate``."""
+    eligible = [e.reward.total for e in episodes if e.reward is not None and e.reward.eligible]
+    n = max(1, len(episodes))
+    m = {
+        "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
+        "searches_mean": sum(
+            c["action"]["tool"] == "search"
+            for e in episodes
+            for s in e.steps
+            for c in s.get("calls", [])
+        )
+        / n,
+        "episodes": float(len(episodes)),
+        **scored_metrics(episodes),
+    }
+    if lookup is not None:
+        m.update(citation_metrics(episodes, lookup))
+    rollout = rollout_metrics(episodes)
+    m["latency_p95_s"] = rollout.pop("rollout/latency_p95_s")
+    m.update(
+        {k: v for k, v in rollout.items() if k.split("/")[0] in ("stop", "attribution", "cost")}
+    )
+    m.update(
+        {
+            k.split("/")[1]: rollout[k]
+            for k in ("rollout/premature_stop_rate", "rollout/unfinished_after_budget")
+        }
+    )
+    out = {f"eval/{split}/{k}": v for k, v in m.items()}
+    if split == "adversarial":
+        for kind in sorted({str(e.receipt.task.get("kind", "")) for e in episodes}):
+            of_kind = [e for e in episodes if e.receipt.task.get("kind") == kind]
+            out[f"eval/adversarial/{kind}/success_rate"] = scored_metrics(of_kind)["success_rate"]
+    return out

@@ -1,0 +1,194 @@
+"""The dashboard, the trajectory viewer, triage and the metrics sinks, on a real (scripted)
+run directory: what a user opening the report or typing the commands would see."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.report_run import EXPECTED, MEMBERS
+from tracerl.cli import app
+from tracerl.report.html import CURVES, write_report
+from tracerl.report.run import iter_episodes
+from tracerl.report.triage import classify, triage
+from tracerl.rollout.groups import episode_member
+
+
+@pytest.fixture(scope="module")
+def run(scripted_run) -> Path:
+    return scripted_run
+
+
+@pytest.fixture(scope="module")
+def report(run) -> Path:
+    return write_report(run)
+
+
+def _pages(report: Path) -> list[Path]:
+    return [report, *sorted((report.parent / "episodes").glob("*.html"))]
+
+
+def test_training_episodes_carry_their_reward_breakdown(run):
+    train = [e for e in iter_episodes(run) if e.phase == "train"]
+    assert len(train) == 2 * 2 * MEMBERS
+    assert all(t.reward and t.reward["components"] for e in train for t in e.trajectories)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if r["phase"] == "train")
+    # g2 never answers (the format constraint fails); g4's env is down: not a violation,
+    # and not counted among the policy's episodes
+    assert step["train/constraint_violation_rate"] == pytest.approx(1 / (MEMBERS - 1))
+    assert step["train/ineligible_episodes"] == 2.0  # the two g4 episodes, environment's
+    assert step["attribution/episodes_environment"] == pytest.approx(1 / MEMBERS)
+    assert step["cost/tool_latency_ms_mean"] > 0 and step["rollout/latency_p95_s"] > 0
+
+
+def test_the_dashboard_has_four_separate_curves_with_data(report):
+    html = report.read_text()
+    figures = re.findall(r'<figure class="curve" data-curve="([^"]+)">(.*?)</figure>', html, re.S)
+    assert [name for name, _ in figures] == list(CURVES)
+    for name, body in figures:
+        assert body.count("<svg") == 1, name
+        assert "<circle" in body, f"{name} has no data points"
+    held_out = dict(figures)["heldout-success"]
+    for kind in ("conflict", "dead_link", "look_alike", "timeout"):
+        assert f'data-series="adversarial: {kind}"' in held_out or kind not in html
+    assert 'data-series="heldout"' in held_out
+    assert "tool latency per episode" in dict(figures)["tool-cost"]
+
+
+def test_the_dashboard_shows_attribution_stops_components_and_facts(report):
+    html = report.read_text()
+    for heading in (
+        "Whose fault: attribution",
+        "How episodes ended",
+        "Reward components",
+        "premature_stop_rate",
+        "unfinished_after_budget",
+        "invalid citation rate",
+        "P95 episode latency",
+        "episodes left out of the gradient",
+        "Run facts",
+    ):
+        assert heading in html, heading
+    row = re.search(r"<td>environment</td><td class=num>([\d.]+)%", html)
+    assert row and float(row.group(1)) == pytest.approx(100 / MEMBERS)
+
+
+def test_every_link_resolves_and_every_failure_kind_is_linked(report):
+    html = report.read_text()
+    links = set(re.findall(r'href="(episodes/[^"]+)"', html))
+    assert links and all((report.parent / link).is_file() for link in links)
+    for label in ("best training", "worst training", "policy: format", "environment:"):
+        assert label in html, label
+
+
+def test_model_and_tool_text_is_escaped_and_cannot_run(report):
+    pages = _pages(report)
+    injected = 0
+    for page in pages:
+        text = page.read_text()
+        assert "window.__pwned=1</script>" not in text, page.name
+        assert "<img src=x" not in text, page.name
+        assert text.count("<script>") == 1, page.name  # ours, allowed by the CSP's hash
+        injected += "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in text
+    assert injected, "no page shows the injected answer (escaped)"
+
+
+def test_triage_names_each_failure_and_its_owner(run):
+    episodes = list(iter_episodes(run))
+    verdicts = {e.episode_id: classify(e) for e in episodes if e.phase == "train"}
+    kinds = Counter()
+    for eid, v in verdicts.items():
+        g = episode_member(eid)
+        bucket, kind = EXPECTED[g]
+        assert v.bucket == bucket, (eid, v)
+        if g == 3:  # searched the subject: the answer was in view unless it needed a 2nd hop
+            assert v.kind in ("ignored_evidence", "premature_stop"), (eid, v)
+        else:
+            assert v.kind == kind, (eid, v)
+        kinds[v.kind] += 1
+    assert kinds["ignored_evidence"] >= 1
+    last = triage(episodes, n=MEMBERS)
+    assert len(last.verdicts) == MEMBERS  # the last N training episodes only
+    assert set(last.counts()) <= {"succeeded", "policy", "environment", "evaluator"}
+
+
+def test_the_cli_triages_shows_and_reports(run, tmp_path):
+    cli = CliRunner()
+    out = cli.invoke(app, ["triage", str(run), "--n", "100"])
+    assert out.exit_code == 0, out.output
+    assert "20 episodes" in out.output
+    for word in ("succeeded", "premature_stop", "format", "server_error"):
+        assert word in out.output, word
+    eid = next(e.episode_id for e in iter_episodes(run) if e.episode_id.endswith("t0:g1"))
+    shown = cli.invoke(app, ["show", str(run), eid])
+    assert shown.exit_code == 0, shown.output
+    for word in ("reward breakdown", "steps", "premature_stop", "tokens by author", "<script>"):
+        assert word in shown.output, word
+    missing = cli.invoke(app, ["show", str(run), "no-such-episode"])
+    assert missing.exit_code == 2 and "no episode 'no-such-episode'" in missing.output
+    bad = cli.invoke(app, ["report", str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "no such directory" in bad.output
+    copied = tmp_path / "copied"
+    shutil.copytree(run, copied)  # a run copied from another machine
+    ok = cli.invoke(app, ["report", str(copied)])
+    assert ok.exit_code == 0 and "report/index.html" in ok.output
+
+
+def test_a_run_still_being_written_still_reports(run, tmp_path):
+    live = tmp_path / "live"
+    shutil.copytree(run, live)
+    shutil.rmtree(live / "report", ignore_errors=True)
+    with open(live / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "phase": "tr')  # a line being written
+    step_file = live / "episodes" / "step_1.jsonl.gz"
+    member = gzip.compress(b'{"schema": "tracerl.trajectory/1", "segm')
+    with open(step_file, "ab") as f:
+        f.write(member[: len(member) // 2])  # an episode being written
+    before = step_file.read_bytes()
+    index = write_report(live)
+    assert index.is_file() and all(f'data-curve="{c}"' in index.read_text() for c in CURVES)
+    assert step_file.read_bytes() == before  # the reader never cuts a file it reads
+
+
+def test_metrics_sinks_tensorboard_and_offline_wandb(tmp_path, monkeypatch):
+    from tracerl.report.sinks import MetricsLog
+
+    pytest.importorskip("tensorboard")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    log = MetricsLog.open(tmp_path, ["jsonl", "tensorboard"], name="t")
+    for step in range(3):
+        log.log({"step": step, "phase": "train", "train/reward_mean": step / 2, "note": "x"})
+    log.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/reward_mean"] for r in rows] == [0.0, 0.5, 1.0]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    events = acc.Scalars("train/reward_mean")
+    assert [(e.step, e.value) for e in events] == [(0, 0.0), (1, 0.5), (2, 1.0)]
+    with pytest.raises(ValueError, match="unknown sink 'mlflow'"):
+        MetricsLog.open(tmp_path, ["mlflow"])
+
+
+def test_offline_wandb_sink_writes_a_local_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from tracerl.report.sinks import MetricsLog
+
+    for key in ("WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    log = MetricsLog.open(tmp_path, ["wandb"], name="offline-test", config={"lr": 1e-5})
+    log.log({"step": 0, "phase": "eval", "eval/heldout/success_rate": 0.25})
+    log.log({"step": 1, "phase": "train", "train/reward_mean": 0.5})
+    log.close()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
