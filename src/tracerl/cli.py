@@ -254,14 +254,16 @@ def _print_evals(run_dir: Path) -> None:
             f"{h['reward_mean']:.3f}",
         )
     console.print(table)
+    split = history[0]["split"]  # the eval split comes first in every evaluation
+    history = [h for h in history if h["split"] == split]
     first, last = history[0], history[-1]
-    line = f"{first['split']} success: baseline {first['success_rate']:.3f}"
+    line = f"{split} success: baseline {first['success_rate']:.3f}"
     warm = [h for h in history if h["stage"] == "warm_start"]
     if warm:
         line += f", after the warm start {warm[-1]['success_rate']:.3f}"
     if last["stage"] == "train":
         line += f", after {last['step']} GRPO steps {last['success_rate']:.3f}"
-    console.print(line, markup=False)
+    console.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -88,6 +88,8 @@ def _curves(d: RunData) -> list[str]:
     split = d.eval_split
     splits = d.eval_keys(lambda p: len(p) == 3 and p[0] == "eval" and p[2] == "success_rate")
     kinds = d.eval_keys(lambda p: len(p) == 4 and p[1] == "adversarial" and p[3] == "success_rate")
+    steps = [float(r.get("step", 0)) for r in d.train + d.evals]
+    x = (min(steps, default=0.0), max(steps, default=1.0))
     constraint = sorted({k for r in d.train for k in r if k.startswith("train/constraint/")})
     return [
         line_chart(
@@ -104,6 +106,7 @@ def _curves(d: RunData) -> list[str]:
                     y_max=1.0,
                 )
             ],
+            x_range=x,
             note="Rises when the policy fits its training tasks; it says nothing about new "
             "ones. Read it with curve 2.",
         ),
@@ -123,6 +126,7 @@ def _curves(d: RunData) -> list[str]:
                     percent=True,
                 )
             ],
+            x_range=x,
             note="Step 0 holds the baseline (the model as loaded) and, with a warm start, "
             "the evaluation after it; hover a point for its stage.",
         ),
@@ -149,6 +153,7 @@ def _curves(d: RunData) -> list[str]:
                     y_min=0.0,
                 ),
             ],
+            x_range=x,
         ),
         line_chart(
             CURVES[3],
@@ -169,6 +174,7 @@ def _curves(d: RunData) -> list[str]:
                     percent=True,
                 )
             ],
+            x_range=x,
             note="Constraint-layer reward components (format, forbidden tools, permissions, "
             "budgets) that failed.",
         ),
@@ -472,12 +478,17 @@ def _cards(d: RunData, cards: dict[str, str]) -> str:
     split = d.eval_split
     key = f"eval/{split}/success_rate"
     evs = [r for r in d.evals if key in r]
-    path = " → ".join(f"{100 * r[key]:.0f}%" for r in evs[:1] + evs[1:][-2:]) or "–"
-    stages = " → ".join(str(r.get("stage", "")) for r in evs[:1] + evs[1:][-2:])
+    warm = [r for r in evs if r.get("stage") == "warm_start"][-1:]
+    shown = evs[:1] + warm + [r for r in evs[-1:] if r not in evs[:1] + warm]
+    path = " → ".join(f"{100 * r[key]:.0f}%" for r in shown) or "–"
+    stages = " → ".join(
+        f"{r.get('stage', '')}" + (f" {r['step']}" if r.get("stage") == "train" else "")
+        for r in shown
+    )
     reward = [r["train/reward_mean"] for r in d.train if "train/reward_mean" in r]
     last = d.train[-1] if d.train else {}
     items = [
-        (f"held-out success ({split})", path, stages),
+        ("held-out success", path, f"{split}: {stages}"),
         (
             "training reward",
             f"{reward[0]:.2f} → {reward[-1]:.2f}" if reward else "–",

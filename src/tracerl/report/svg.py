@@ -80,12 +80,14 @@ def line_chart(
     panel_height: int = 170,
     x_label: str = "RL step (updates applied)",
     note: str = "",
+    x_range: tuple[float, float] | None = None,
 ) -> str:
-    """The chart as an ``<figure>`` holding one ``<svg class="chart">``."""
+    """The chart as an ``<figure>`` holding one ``<svg class="chart">``. Charts meant to be
+    read together should share `x_range`."""
     names = list(dict.fromkeys(s.name for p in panels for s in p.series))
     color = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     xs = [x for p in panels for s in p.series for x, _ in s.points]
-    x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    x_lo, x_hi = x_range or ((min(xs), max(xs)) if xs else (0.0, 1.0))
     if x_hi == x_lo:
         x_hi = x_lo + 1
     left, right, top, gap = 56, 14, 10, 26
