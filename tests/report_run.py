@@ -68,7 +68,9 @@ def scripted_policy(tiny: Any, probe: Any, tasks: list[dict[str, Any]]) -> Polic
         }.get(g, oracle)
         return script[min(request.turn, len(script) - 1)]
 
-    return Policy(ScriptedSampler.from_texts(tiny.renderer, turn), tiny.renderer, parser, "tiny")
+    return Policy(
+        ScriptedSampler.from_texts(tiny.renderer, turn), tiny.renderer, parser, "tiny-random"
+    )
 
 
 def build_run(root: Path, tiny: Any, model: Any, steps: int = 2) -> Path:

@@ -167,15 +167,14 @@ def replay(
     drifted); exit 1 with the first difference otherwise."""
     import asyncio
 
-    from tracerl.rollout.replay import ReplayError, find_episode, replay_exact, replay_live
+    from tracerl.report.run import RunDirError, check_run_dir, find_episode
+    from tracerl.rollout.replay import replay_exact, replay_live
 
     if not run.exists() and (Path("runs") / run).exists():
         run = Path("runs") / run
-    if not (run / "episodes").is_dir():
-        raise _fail(f"{run}: not a run directory (no episodes/ folder)")
-    try:
-        trajectories = find_episode(run, episode)
-    except ReplayError as e:
+    try:  # any episode of the run: training, evaluations, the warm start's reference
+        trajectories = find_episode(check_run_dir(run), episode).trajectories
+    except RunDirError as e:
         raise _fail(str(e)) from None
     if live:
         report = asyncio.run(replay_live(trajectories))
@@ -225,45 +224,14 @@ def train(
             run_training(cfg, resume=resume, progress=bars)
     except RunExistsError as e:
         raise _fail(str(e)) from None
-    _print_evals(cfg.run_dir)
+    from tracerl.report.terminal import print_evals
+
+    print_evals(cfg.run_dir, console)
     from tracerl.report.html import write_report
 
     console.print(
         f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
     )
-
-
-def _print_evals(run_dir: Path) -> None:
-    """The run's evaluations side by side, and the headline: baseline vs final."""
-    from rich.table import Table
-
-    from tracerl.train.loop import eval_history
-
-    history = eval_history(run_dir)
-    if not history:
-        return
-    table = Table(title=f"evaluations of {run_dir}")
-    for col in ("stage", "after RL step", "split", "success", "mean reward"):
-        table.add_column(col)
-    for h in history:
-        table.add_row(
-            h["stage"],
-            str(h["step"]),
-            h["split"],
-            f"{h['success_rate']:.3f}",
-            f"{h['reward_mean']:.3f}",
-        )
-    console.print(table)
-    split = history[0]["split"]  # the eval split comes first in every evaluation
-    history = [h for h in history if h["split"] == split]
-    first, last = history[0], history[-1]
-    line = f"{split} success: baseline {first['success_rate']:.3f}"
-    warm = [h for h in history if h["stage"] == "warm_start"]
-    if warm:
-        line += f", after the warm start {warm[-1]['success_rate']:.3f}"
-    if last["stage"] == "train":
-        line += f", after {last['step']} GRPO steps {last['success_rate']:.3f}"
-    console.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()

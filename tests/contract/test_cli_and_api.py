@@ -33,7 +33,18 @@ def test_importing_tracerl_does_not_import_torch():
 def test_help_lists_the_commands_that_exist():
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("demo", "show", "check-env", "replay", "train", "sft", "eval", "review"):
+    for command in (
+        "demo",
+        "show",
+        "check-env",
+        "replay",
+        "train",
+        "sft",
+        "eval",
+        "review",
+        "report",
+        "triage",
+    ):
         assert command in result.stdout
 
 

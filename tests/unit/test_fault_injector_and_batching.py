@@ -66,3 +66,12 @@ def test_batched_sampler_episodes_equal_plain_sampler_episodes(tiny):
         assert a.trajectories[0].token_ids == b.trajectories[0].token_ids
         assert a.trajectories[0].loss_mask == b.trajectories[0].loss_mask
         assert a.stop_reason is b.stop_reason
+
+
+def test_a_fault_injector_does_not_change_the_prompt_of_the_env_it_wraps():
+    from tracerl.envs import FaultInjector, make
+
+    for protocol in ("tools", "search_r1"):  # Search-R1's tags describe tools in words
+        env = make("search", corpus="synthetic", protocol=protocol)
+        assert FaultInjector(env, rate=1.0).tool_schemas() == env.tool_schemas()
+    assert make("search", corpus="synthetic", protocol="search_r1").tool_schemas() == []

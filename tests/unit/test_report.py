@@ -132,6 +132,9 @@ def test_the_cli_triages_shows_and_reports(run, tmp_path):
     assert shown.exit_code == 0, shown.output
     for word in ("reward breakdown", "steps", "premature_stop", "tokens by author", "<script>"):
         assert word in shown.output, word
+    held_out = next(e for e in iter_episodes(run) if e.phase == "eval")
+    replayed = cli.invoke(app, ["replay", str(run), "--episode", held_out.receipt["replay_id"]])
+    assert replayed.exit_code == 0 and "replayed exactly" in replayed.output  # not only train
     missing = cli.invoke(app, ["show", str(run), "no-such-episode"])
     assert missing.exit_code == 2 and "no episode 'no-such-episode'" in missing.output
     bad = cli.invoke(app, ["report", str(tmp_path / "nowhere")])
@@ -192,3 +195,15 @@ def test_offline_wandb_sink_writes_a_local_run(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_tracerl_train_ends_by_writing_the_report(tmp_path):
+    args = ["configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", "trainer.steps=2"]
+    out = CliRunner().invoke(app, ["train", *args, "env.eval_tasks=4"])
+    assert out.exit_code == 0, out.output
+    index = tmp_path / "learn-arithmetic" / "report" / "index.html"
+    assert f"report: {index}" in out.output and index.is_file()
+    assert "heldout success: baseline" in out.output
+    html = index.read_text()
+    assert all(f'data-curve="{c}"' in html for c in CURVES)
+    assert "finished: 2 of 2 RL steps" in html

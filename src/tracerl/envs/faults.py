@@ -62,6 +62,10 @@ class FaultInjector(Env):
         self._steps = 0
         self._task_id = None
 
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The wrapped env's: a wrapper must not change what the prompt shows."""
+        return self.env.tool_schemas()
+
     def describe(self) -> dict[str, Any]:
         """For receipts: how this wrapper was configured."""
         return {"fault_injector": {"rate": self.rate, "kinds": list(self.kinds), "seed": self.seed}}

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tracerl.jsonl import complete_members_text, parse_lines
 from tracerl.types import RewardBreakdown, Trajectory
@@ -46,6 +48,27 @@ def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def eval_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean}``."""
+    out = []
+    for row in metric_rows(run_dir):
+        if row.get("phase") != "eval":
+            continue
+        for key in row:
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "eval" and parts[2] == "success_rate":
+                out.append(
+                    {
+                        "stage": row.get("stage", "train"),
+                        "step": row["step"],
+                        "split": parts[1],
+                        "success_rate": row[key],
+                        "reward_mean": row.get(f"eval/{parts[1]}/reward_mean", 0.0),
+                    }
+                )
+    return out
 
 
 @dataclass
@@ -171,9 +194,11 @@ def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        some = list(dict.fromkeys(e.episode_id for e in iter_episodes(run_dir)))[:5]
         raise RunDirError(
-            f"{run_dir}: no episode {episode!r}; list them with `tracerl triage {run_dir}` "
-            "or open the report's episode links"
+            f"{run_dir}: no episode {episode!r}; episodes include: "
+            f"{', '.join(some) or 'none (is this a run directory?)'} (all of them: "
+            f"`tracerl triage {run_dir}`, or the report's episode links)"
         )
     names = ", ".join(f"{m.episode_id} ({m.where})" for m in matches[:5])
     raise RunDirError(
@@ -192,3 +217,57 @@ def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
             "written by `tracerl train`, `tracerl eval` or `tracerl demo`?"
         )
     return root
+
+
+@dataclass
+class RunData:
+    """A run directory read whole: its metric rows by phase, its episodes, its config."""
+
+    run_dir: Path
+    train: list[dict[str, Any]]
+    evals: list[dict[str, Any]]
+    other: list[dict[str, Any]]
+    episodes: list[EpisodeRecord]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike[str]) -> RunData:
+        root = check_run_dir(run_dir)
+        rows = metric_rows(root)
+        by_step: dict[int, dict[str, Any]] = {}
+        for r in rows:  # a resumed run may repeat a step: its last row stands
+            if r.get("phase") == "train":
+                by_step[int(r.get("step", 0))] = r
+        cfg_path = root / "config.yaml"
+        config = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else {}
+        return cls(
+            root,
+            [by_step[k] for k in sorted(by_step)],
+            [r for r in rows if r.get("phase") == "eval" or "split" in r],
+            [r for r in rows if r.get("phase") not in ("train", "eval") and "split" not in r],
+            list(iter_episodes(root)),
+            config if isinstance(config, dict) else {},
+        )
+
+    def train_points(self, key: str, scale: float = 1.0) -> list[tuple[float, float]]:
+        return [(float(r["step"]), float(r[key]) * scale) for r in self.train if key in r]
+
+    def eval_keys(self, test: Callable[[list[str]], bool]) -> list[str]:
+        keys = dict.fromkeys(k for r in self.evals for k in r if test(k.split("/")))
+        return list(keys)
+
+    def eval_points(
+        self, key: str, scale: float = 1.0
+    ) -> tuple[list[tuple[float, float]], list[str]]:
+        """The evaluations' values of `key`, and each one's stage (for hover labels)."""
+        rows = [r for r in self.evals if key in r]
+        pts = [(float(r.get("step", 0)), float(r[key]) * scale) for r in rows]
+        return pts, [str(r.get("stage", r.get("split", ""))) for r in rows]
+
+    def last_eval(self, split: str = "heldout") -> dict[str, Any]:
+        rows = [r for r in self.evals if f"eval/{split}/success_rate" in r]
+        return rows[-1] if rows else {}
+
+    @property
+    def eval_split(self) -> str:
+        return str((self.config.get("env") or {}).get("eval_split", "heldout"))

@@ -4,13 +4,14 @@ triage tables (`tracerl triage RUN`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracerl.report.run import EpisodeRecord
+from tracerl.report.run import EpisodeRecord, eval_history
 from tracerl.report.triage import BUCKETS, Triage, classify
 from tracerl.report.viewer import action_text, observation_text
 from tracerl.types import Source, Trajectory
@@ -134,3 +135,32 @@ def print_triage(tri: Triage, console: Console | None = None) -> None:
             examples = "\n".join(e.episode_id for e, _ in tri.examples(bucket, kind, 2))
             table.add_row(kind, str(k), f"{100 * k / max(1, n):.0f}%", Text(examples))
         console.print(table)
+
+
+def print_evals(run_dir: Path, console: Console) -> None:
+    """The run's evaluations side by side, and the headline: baseline vs final."""
+    history = eval_history(run_dir)
+    if not history:
+        return
+    table = Table(title=f"evaluations of {run_dir}")
+    for col in ("stage", "after RL step", "split", "success", "mean reward"):
+        table.add_column(col)
+    for h in history:
+        table.add_row(
+            h["stage"],
+            str(h["step"]),
+            h["split"],
+            f"{h['success_rate']:.3f}",
+            f"{h['reward_mean']:.3f}",
+        )
+    console.print(table)
+    split = history[0]["split"]  # the eval split comes first in every evaluation
+    history = [h for h in history if h["split"] == split]
+    first, last = history[0], history[-1]
+    line = f"{split} success: baseline {first['success_rate']:.3f}"
+    warm = [h for h in history if h["stage"] == "warm_start"]
+    if warm:
+        line += f", after the warm start {warm[-1]['success_rate']:.3f}"
+    if last["stage"] == "train":
+        line += f", after {last['step']} GRPO steps {last['success_rate']:.3f}"
+    console.print(line, markup=False, soft_wrap=True)

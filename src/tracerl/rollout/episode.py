@@ -93,6 +93,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
         },
         tool_versions=run.env.tool_versions(),
         tool_schemas=[{**t.schema(), "x-effect": t.effect} for t in run.env.tools],
+        tools_in_prompt=bool(run.env.tool_schemas()),
         task_id=str(run.task.get("id")),
         task=run.task,
         seed=run.seed,

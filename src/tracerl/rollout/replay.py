@@ -120,6 +120,9 @@ class RecordedEnv(Env):
             evidence_gain=attempt["evidence_gain"],
         )
 
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return super().tool_schemas() if self.receipt.tools_in_prompt else []
+
     def _diverged(self, message: str) -> StepResult:
         """Remember the first divergence (the runner would treat a raise as an env fault)."""
         self.error = self.error or message

@@ -104,27 +104,6 @@ def _trim_metrics(run_dir: Path, step: int | None) -> None:
     tmp.replace(path)
 
 
-def eval_history(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean}``."""
-    out = []
-    for row in metric_rows(run_dir):
-        if row.get("phase") != "eval":
-            continue
-        for key in row:
-            parts = key.split("/")
-            if len(parts) == 3 and parts[0] == "eval" and parts[2] == "success_rate":
-                out.append(
-                    {
-                        "stage": row.get("stage", "train"),
-                        "step": row["step"],
-                        "split": parts[1],
-                        "success_rate": row[key],
-                        "reward_mean": row.get(f"eval/{parts[1]}/reward_mean", 0.0),
-                    }
-                )
-    return out
-
-
 def _has_eval(run_dir: Path, step: int) -> bool:
     return any(r.get("phase") == "eval" and r.get("step") == step for r in metric_rows(run_dir))
 

@@ -189,7 +189,7 @@ class Receipt:
     """``{"name", "version", "kwargs"}``: how to rebuild the environment with `make`."""
     tool_versions: dict[str, str]
     tool_schemas: list[dict[str, Any]]
-    """The tool schemas the prompt rendered (and each tool's effect under ``x-effect``)."""
+    """The env's tool schemas (and each tool's effect under ``x-effect``)."""
     task_id: str
     task: dict[str, Any]
     """The task as given to `reset` (JSON), so a live replay can run it again."""
@@ -203,6 +203,9 @@ class Receipt:
     side_effect_guard: str
     rollout: dict[str, Any]
     """The rollout settings that shaped the episode (budgets, reserve, retries...)."""
+    tools_in_prompt: bool = True
+    """Whether the prompt rendered `tool_schemas` (a tag protocol such as Search-R1's
+    describes its tools in words instead), so replay renders the same prompt."""
     reset_messages: list[dict[str, Any]] = field(default_factory=list)
     """What `reset` returned: the recorded start of the tool I/O."""
     error: str | None = None

@@ -1,0 +1,358 @@
+"""The dashboard's tables: attribution, stop reasons, reward components, citations and
+latency, sample episodes, triage, run facts and the headline cards."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from tracerl.report.page import Raw, bar, esc, pct, table
+from tracerl.report.run import EpisodeRecord, RunData
+from tracerl.report.triage import BUCKETS, POLICY_KINDS, Triage
+from tracerl.report.viewer import page_name
+
+OWNERS = ("policy", "environment", "evaluator", "unknown")
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [float(r[key]) for r in rows if key in r]
+    return sum(vals) / len(vals) if vals else None
+
+
+def attribution(d: RunData) -> str:
+    last, ev = (d.train[-1] if d.train else {}), d.last_eval(d.eval_split)
+    split = d.eval_split
+    rows = []
+    for owner in OWNERS:
+        key = f"attribution/episodes_{owner}"
+        run = _mean(d.train, key)
+        rows.append(
+            [
+                owner,
+                pct(run),
+                bar(run or 0.0),
+                pct(last.get(key)),
+                pct(ev.get(f"eval/{split}/{key}")),
+            ]
+        )
+    steps = [
+        [
+            label,
+            pct(_mean(d.train, f"attribution/{k}")),
+            pct(last.get(f"attribution/{k}")),
+            pct(ev.get(f"eval/{split}/attribution/{k}")),
+        ]
+        for label, k in (
+            ("policy errors", "policy_error_rate"),
+            ("environment errors", "env_error_rate"),
+            ("unknown", "unknown_rate"),
+        )
+    ]
+    return (
+        table(
+            ["episodes owned by", "training (run)", "", "last step", f"last eval ({split})"],
+            rows,
+            num={1, 3, 4},
+        )
+        + table(
+            ["steps failing with", "training (run)", "last step", "last eval"], steps, {1, 2, 3}
+        )
+        + '<p class="note">Only policy-owned episodes (and successes) reach the gradient. A high '
+        "unknown rate means: fix observation and logging before trusting the curves.</p>"
+    )
+
+
+def stops(d: RunData) -> str:
+    split = d.eval_split
+    ev = d.last_eval(split)
+    reasons = sorted(
+        {k.split("/", 1)[1] for r in d.train for k in r if k.startswith("stop/") and r[k] > 0}
+        | {
+            k.split("/stop/", 1)[1]
+            for k, v in ev.items()
+            if k.startswith(f"eval/{split}/stop/") and v > 0
+        }
+    )
+    rows = [
+        [
+            r,
+            pct(_mean(d.train, f"stop/{r}")),
+            bar(_mean(d.train, f"stop/{r}") or 0.0),
+            pct(ev.get(f"eval/{split}/stop/{r}")),
+        ]
+        for r in reasons
+    ]
+    budget = [
+        [
+            label,
+            pct(_mean(d.train, k)),
+            pct(d.train[-1].get(k) if d.train else None),
+            pct(ev.get(f"eval/{split}/{k.split('/')[1]}")),
+        ]
+        for label, k in (
+            ("premature_stop_rate", "rollout/premature_stop_rate"),
+            ("unfinished_after_budget", "rollout/unfinished_after_budget"),
+            ("routed to finalize (reserve)", "rollout/finalize_rate"),
+        )
+    ]
+    return table(
+        ["stop reason", "training (run)", "", f"last eval ({split})"], rows, {1, 3}
+    ) + table(["budget", "training (run)", "last step", "last eval"], budget, {1, 2, 3})
+
+
+def components(d: RunData) -> str:
+    layers: dict[str, str] = {}
+    scored: dict[str, int] = {}
+    pool = [e for e in d.episodes if e.phase == "train" and e.reward is not None] or [
+        e for e in d.episodes if e.reward is not None
+    ]
+    for e in pool:
+        for c in e.reward.components:  # type: ignore[union-attr]
+            layers.setdefault(c.name, c.layer.value)
+            scored[c.name] = scored.get(c.name, 0) + (c.decided and not c.gated)
+    split, ev = d.eval_split, d.last_eval(d.eval_split)
+    last = d.train[-1] if d.train else {}
+    rows = [
+        [
+            name,
+            layer,
+            pct(scored[name] / len(pool)),
+            _num(_mean(d.train, f"train/reward/{name}")),
+            _num(last.get(f"train/reward/{name}")),
+            _num(ev.get(f"eval/{split}/reward/{name}")),
+        ]
+        for name, layer in layers.items()
+    ]
+    if not rows:
+        return "<p>No reward breakdowns in this run's episodes.</p>"
+    return (
+        table(
+            ["component", "layer", "scored in", "training (run mean)", "last step", "last eval"],
+            rows,
+            {2, 3, 4, 5},
+        )
+        + '<p class="note">Each mean is over the episodes the component scored: a component '
+        "behind a gate (such as exact match) is scored only where the gate opened, so read its "
+        "mean beside its share.</p>"
+    )
+
+
+def _num(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+def quality(d: RunData) -> str:
+    split, ev = d.eval_split, d.last_eval(d.eval_split)
+    last = d.train[-1] if d.train else {}
+    stale = [k for r in d.train for k in r if "staleness" in k]
+    dropped = sum(float(r.get("train/ineligible_episodes", 0.0)) for r in d.train)
+    rows = [
+        [
+            "invalid citation rate",
+            pct(last.get("train/invalid_citation_rate")),
+            pct(ev.get(f"eval/{split}/invalid_citation_rate")),
+        ],
+        [
+            "P95 episode latency",
+            _secs(last.get("rollout/latency_p95_s")),
+            _secs(ev.get(f"eval/{split}/latency_p95_s")),
+        ],
+        [
+            "evaluator errors",
+            pct(last.get("train/evaluator_error_rate")),
+            pct(ev.get(f"eval/{split}/evaluator_error_rate")),
+        ],
+        ["episodes left out of the gradient (run total)", f"{dropped:.0f}", "–"],
+        [
+            "staleness (policy versions behind)",
+            _num(_mean(d.train, stale[0]))
+            if stale
+            else "0 (synchronous: sampled by the policy being updated)",
+            "–",
+        ],
+    ]
+    return table(["", "training (last step)", f"last eval ({split})"], rows, {1, 2})
+
+
+def _secs(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f} s"
+
+
+# ---- episodes ------------------------------------------------------------------------------
+
+
+def episode_links(d: RunData, tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
+    def link(e: EpisodeRecord) -> Raw:
+        linked[id(e)] = e
+        return Raw(f'<a href="episodes/{esc(page_name(e))}">{esc(e.episode_id)}</a>')
+
+    rows = []
+    scored = [e for e in d.episodes if e.total is not None]
+    for label, pool in (
+        ("training", [e for e in scored if e.phase == "train"]),
+        ("held-out", [e for e in scored if e.phase == "eval"]),
+    ):
+        if pool:
+            best = max(pool, key=lambda e: (e.total, e.step))
+            worst = min(pool, key=lambda e: (e.total, -e.step))
+            rows.append(
+                [f"best {label}", link(best), best.where, f"{best.total:.3f}", best.stop_reason]
+            )
+            rows.append(
+                [
+                    f"worst {label}",
+                    link(worst),
+                    worst.where,
+                    f"{worst.total:.3f}",
+                    worst.stop_reason,
+                ]
+            )
+    for bucket in BUCKETS[1:]:
+        kinds = POLICY_KINDS if bucket == "policy" else sorted(tri.kinds(bucket))
+        for kind in kinds:
+            for e, v in tri.examples(bucket, kind, 1):
+                rows.append([f"{bucket}: {kind}", link(e), e.where, _num(e.total), v.why])
+    if not rows:
+        return "<p>No episodes written yet.</p>"
+    return table(["sample", "episode", "where", "reward", "why"], rows, {3})
+
+
+def _short(episode_id: str) -> str:
+    return episode_id if len(episode_id) <= 40 else episode_id[:37] + "..."
+
+
+def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
+    n = len(tri.verdicts)
+    if not n:
+        return "<p>No episodes to triage yet.</p>"
+    rows = []
+    counts = tri.counts()
+    for bucket in BUCKETS:
+        kinds = tri.kinds(bucket)
+        for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            examples = tri.examples(bucket, kind, 3)
+            for e, _ in examples:
+                linked[id(e)] = e
+            links = Raw(
+                " ".join(
+                    f'<a href="episodes/{esc(page_name(e))}">{esc(_short(e.episode_id))}</a>'
+                    for e, _ in examples
+                )
+            )
+            rows.append([bucket, kind, k, pct(k / n), links])
+        if not kinds:
+            rows.append([bucket, "–", 0, pct(0.0), ""])
+    summary = ", ".join(f"{b} {counts.get(b, 0)}" for b in BUCKETS)
+    return (
+        f"<p>The last {n} training episodes: {esc(summary)}. The same tables print with "
+        "<code>tracerl triage RUN</code>.</p>"
+        + table(["bucket", "kind", "episodes", "share", "examples"], rows, {2, 3})
+    )
+
+
+# ---- run facts -------------------------------------------------------------------------------
+
+
+def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
+    rc = d.episodes[-1].receipt if d.episodes else {}
+    env = rc.get("env") or {}
+    planned = (d.config.get("trainer") or {}).get("steps")
+    done = len(d.train)
+    status = (
+        "finished" if planned is not None and done >= planned and d.evals else "running or stopped"
+    )
+    starts = [e.receipt.get("started_at") for e in d.episodes if e.receipt.get("started_at")]
+    duration = _duration(d)
+    sampled = sum(
+        int(((e.receipt.get("ledger") or {}).get("used") or {}).get("sampled_tokens", 0))
+        for e in d.episodes
+    )
+    total = sum(len(t) for e in d.episodes for t in e.trajectories)
+    facts = [
+        ["run", d.run_dir.name],
+        ["status", f"{status}: {done} of {planned if planned is not None else '?'} RL steps"],
+        ["model", rc.get("model_id", (d.config.get("model") or {}).get("spec", "–"))],
+        ["environment", f"{env.get('name', '–')} {env.get('version', '')}"],
+        [
+            "tool versions",
+            ", ".join(f"{k} {v}" for k, v in (rc.get("tool_versions") or {}).items()),
+        ],
+        ["template sha256", str(rc.get("template_hash", ""))[:16]],
+        ["first episode", min(starts) if starts else "–"],
+        ["duration", duration],
+        ["episodes", f"{len(d.episodes)} ({sum(e.phase == 'train' for e in d.episodes)} training)"],
+        ["tokens", f"{total:,} in episodes, {sampled:,} sampled by the policy"],
+    ]
+    cards = {
+        "status": f"{status} · {done}/{planned if planned is not None else '?'} steps",
+        "duration": duration,
+    }
+    return facts, cards
+
+
+def _duration(d: RunData) -> str:
+    secs = sum(float(r.get("time/step_s", 0.0)) for r in d.train) + sum(
+        float(r.get("time/warm_start_s", 0.0)) for r in d.other
+    )
+    stamps = []
+    for e in d.episodes:
+        start = e.receipt.get("started_at")
+        if start:
+            t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+            stamps += [t0.timestamp(), t0.timestamp() + float(e.receipt.get("wall_time_s") or 0)]
+    wall = max(stamps) - min(stamps) if stamps else 0.0
+    return f"{max(wall, secs) / 60:.1f} min (first to last episode)"
+
+
+def cards(d: RunData, run_card: dict[str, str]) -> str:
+    split = d.eval_split
+    key = f"eval/{split}/success_rate"
+    evs = [r for r in d.evals if key in r]
+    warm = [r for r in evs if r.get("stage") == "warm_start"][-1:]
+    shown = evs[:1] + warm + [r for r in evs[-1:] if r not in evs[:1] + warm]
+    path = " → ".join(f"{100 * r[key]:.0f}%" for r in shown) or "–"
+    stages = " → ".join(
+        f"{r.get('stage', '')}" + (f" {r['step']}" if r.get("stage") == "train" else "")
+        for r in shown
+    )
+    reward = [r["train/reward_mean"] for r in d.train if "train/reward_mean" in r]
+    last = d.train[-1] if d.train else {}
+    items = [
+        ("held-out success", path, f"{split}: {stages}"),
+        (
+            "training reward",
+            f"{reward[0]:.2f} → {reward[-1]:.2f}" if reward else "–",
+            "first → last step",
+        ),
+        (
+            "tool calls per episode",
+            _num(last.get("cost/tool_calls_mean")),
+            f"latency {_num((last.get('cost/tool_latency_ms_mean') or 0) / 1000)} s per episode",
+        ),
+        (
+            "constraint violations",
+            pct(last.get("train/constraint_violation_rate")),
+            "of the last step's episodes",
+        ),
+        (
+            "not the policy's fault",
+            pct(
+                (last.get("attribution/episodes_environment") or 0.0)
+                + (last.get("attribution/episodes_evaluator") or 0.0)
+                + (last.get("attribution/episodes_unknown") or 0.0)
+                if last
+                else None
+            ),
+            "environment, evaluator or unknown (last step)",
+        ),
+        ("run", run_card["status"], run_card["duration"]),
+    ]
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="label">{esc(a)}</div><div class="value">{esc(b)}</div>'
+            f'<div class="detail">{esc(c)}</div></div>'
+            for a, b, c in items
+        )
+        + "</div>"
+    )
