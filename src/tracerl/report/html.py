@@ -44,8 +44,9 @@ def _curves(d: RunData) -> list[str]:
     split = d.eval_split
     splits = d.eval_keys(lambda p: len(p) == 3 and p[0] == "eval" and p[2] == "success_rate")
     kinds = d.eval_keys(lambda p: len(p) == 4 and p[1] == "adversarial" and p[3] == "success_rate")
-    steps = [float(r.get("step", 0)) for r in d.train + d.evals]
+    steps = [float(r.get("step", 0)) for r in d.train] + [d.eval_x(r) for r in d.evals]
     x = (min(steps, default=0.0), max(steps, default=1.0))
+    names = {-1.0: "base"} if d.warm_started else {}
     constraint = sorted({k for r in d.train for k in r if k.startswith("train/constraint/")})
     return [
         line_chart(
@@ -63,6 +64,7 @@ def _curves(d: RunData) -> list[str]:
                 )
             ],
             x_range=x,
+            x_labels=names,
             note="Rises when the policy fits its training tasks; it says nothing about new "
             "ones. Read it with curve 2.",
         ),
@@ -80,8 +82,9 @@ def _curves(d: RunData) -> list[str]:
                 )
             ],
             x_range=x,
-            note="Step 0 holds the baseline (the model as loaded) and, with a warm start, "
-            "the evaluation after it; hover a point for its stage.",
+            x_labels=names,
+            note="Step 0 is the policy RL starts from; with a warm start, 'base' is the model "
+            "as loaded, before it. Hover a point for its stage.",
         ),
         line_chart(
             CURVES[2],
@@ -107,6 +110,7 @@ def _curves(d: RunData) -> list[str]:
                 ),
             ],
             x_range=x,
+            x_labels=names,
         ),
         line_chart(
             CURVES[3],
@@ -128,6 +132,7 @@ def _curves(d: RunData) -> list[str]:
                 )
             ],
             x_range=x,
+            x_labels=names,
             note="Constraint-layer reward components (format, forbidden tools, permissions, "
             "budgets) that failed.",
         ),

@@ -261,8 +261,19 @@ class RunData:
     ) -> tuple[list[tuple[float, float]], list[str]]:
         """The evaluations' values of `key`, and each one's stage (for hover labels)."""
         rows = [r for r in self.evals if key in r]
-        pts = [(float(r.get("step", 0)), float(r[key]) * scale) for r in rows]
+        pts = [(self.eval_x(r), float(r[key]) * scale) for r in rows]
         return pts, [str(r.get("stage", r.get("split", ""))) for r in rows]
+
+    @property
+    def warm_started(self) -> bool:
+        return any(r.get("stage") == "warm_start" for r in self.evals)
+
+    def eval_x(self, row: dict[str, Any]) -> float:
+        """Where an evaluation sits on the step axis. With a warm start, the baseline (the
+        model as loaded, before the warm start) sits at -1, so it never hides under the
+        warm start's evaluation at step 0."""
+        step = float(row.get("step", 0))
+        return step - 1 if row.get("stage") == "baseline" and self.warm_started else step
 
     def last_eval(self, split: str = "heldout") -> dict[str, Any]:
         rows = [r for r in self.evals if f"eval/{split}/success_rate" in r]

@@ -81,6 +81,7 @@ def line_chart(
     x_label: str = "RL step (updates applied)",
     note: str = "",
     x_range: tuple[float, float] | None = None,
+    x_labels: dict[float, str] | None = None,
 ) -> str:
     """The chart as an ``<figure>`` holding one ``<svg class="chart">``. Charts meant to be
     read together should share `x_range`."""
@@ -90,7 +91,7 @@ def line_chart(
     x_lo, x_hi = x_range or ((min(xs), max(xs)) if xs else (0.0, 1.0))
     if x_hi == x_lo:
         x_hi = x_lo + 1
-    left, right, top, gap = 56, 14, 10, 26
+    left, right, top, gap = 56, 14, 20, 30
     height = top + len(panels) * (panel_height + gap) + 18
     plot_w = width - left - right
 
@@ -129,7 +130,7 @@ def line_chart(
                 f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
                 f"{_fmt(t, panel.percent)}</text>"
             )
-        body.append(f'<text x="{left + 4}" y="{y0 + 13}" class="unit">{escape(panel.unit)}</text>')
+        body.append(f'<text x="{left}" y="{y0 - 6}" class="unit">{escape(panel.unit)}</text>')
         if not ys:
             body.append(
                 f'<text x="{left + plot_w / 2}" y="{y0 + panel_height / 2}" class="empty" '
@@ -138,12 +139,13 @@ def line_chart(
         for s in panel.series:
             body.append(_series(s, color[s.name], px, py, panel.percent))
     axis_y = top + len(panels) * (panel_height + gap) - gap + 16
-    for t in _ticks(x_lo, x_hi, 6):
-        if float(t).is_integer():  # steps are whole numbers
-            body.append(
-                f'<text x="{px(t):.1f}" y="{axis_y}" class="tick" text-anchor="middle">'
-                f"{_fmt(t)}</text>"
-            )
+    named = x_labels or {}
+    ticks = [t for t in _ticks(x_lo, x_hi, 6) if float(t).is_integer()]  # whole steps
+    for t in sorted({*ticks, *(x for x in named if x_lo <= x <= x_hi)}):
+        body.append(
+            f'<text x="{px(t):.1f}" y="{axis_y}" class="tick" text-anchor="middle">'
+            f"{escape(named.get(t, _fmt(t)))}</text>"
+        )
     body.append(
         f'<text x="{left + plot_w}" y="{axis_y + 14}" class="tick" text-anchor="end">'
         f"{escape(x_label)}</text>"
@@ -169,7 +171,10 @@ def line_chart(
 
 
 def _series(s: Series, color: str, px, py, percent: bool) -> str:
-    pts = sorted(zip(s.points, s.labels or [""] * len(s.points), strict=True))
+    # by step only: two evaluations at one step keep the order they were made in
+    pts = sorted(
+        zip(s.points, s.labels or [""] * len(s.points), strict=True), key=lambda p: p[0][0]
+    )
     path = " ".join(
         f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for i, ((x, y), _) in enumerate(pts)
     )
