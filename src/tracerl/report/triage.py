@@ -7,8 +7,8 @@ not on the reward curve. Every episode falls in exactly one bucket:
     policy         a healthy environment, a decided reward, and the policy failed:
                    wrong_tool       called a tool that does not exist, is forbidden, or with
                                     invalid arguments
-                   format           output the parser could not read, or no final answer in
-                                    the expected form
+                   format           turns the parser could not read until the episode
+                                    ended, or no final answer in the expected form
                    premature_stop   answered before any observation held the answer (it
                                     stopped exploring too soon)
                    ignored_evidence an observation held the answer, the final answer did not
@@ -122,18 +122,22 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
     tool = [f for f in faults if f in _TOOL_FAULTS]
     if tool:
         return "wrong_tool", f"tool faults: {', '.join(sorted(set(tool)))}"
-    if "parse_error" in faults or ep.stop_reason == "parse_error_limit":
-        return "format", f"{faults.count('parse_error')} unreadable turn(s)"
+    unreadable = faults.count("parse_error")
+    if ep.stop_reason == "parse_error_limit":
+        return "format", f"{unreadable} unreadable turn(s), no answer"
     if ep.stop_reason in _BUDGET_STOPS:
         return "out_of_budget", f"stopped by {ep.stop_reason} before answering"
     if ep.stop_reason != "answered":
         return "format", f"ended with {ep.stop_reason or 'no stop reason'}, not an answer"
+    # it answered, wrongly: was the answer in front of it? (unreadable turns on the way are
+    # noted, but the wrong answer is the failure)
+    also = f" ({unreadable} unreadable turn(s) on the way)" if unreadable else ""
     golds = [str(g) for g in (ep.receipt.get("task") or {}).get("answers") or []]
     if not golds:
-        return "wrong_answer", "wrong answer (the task has no gold answer to look for)"
+        return "wrong_answer", "wrong answer (the task has no gold answer to look for)" + also
     if _evidence_seen(ep, golds):
-        return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not"
-    return "premature_stop", f"answered before any observation held {golds[0]!r}"
+        return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not{also}"
+    return "premature_stop", f"answered before any observation held {golds[0]!r}{also}"
 
 
 @dataclass
