@@ -28,7 +28,7 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 # The rollout engine under injected faults (~30 s), then SmolLM2 learning to search
-# (configs/demo.yaml, ~10 min on 2 cores); each run starts fresh. The training run ends by
+# (configs/demo.yaml, ~11 min on 2 cores); each run starts fresh. The training run ends by
 # writing its dashboard, runs/demo-search/report/index.html, and printing that path.
 demo: $(STAMP)
 	$(VENV)/bin/tracerl demo
