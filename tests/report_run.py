@@ -5,7 +5,7 @@ env and its reward, run_groups + eval_metrics for evaluations, MetricsLog); only
 is scripted, so each group member fails in a known way:
 
     g0  the oracle: searches the gold subject, answers right          -> succeeded
-    g1  answers at once, with a <script> tag in its answer            -> premature_stop
+    g1  answers at once, with a <script> tag in its answer            -> answered_without_evidence
     g2  writes prose the parser cannot read                           -> format
     g3  searches the gold subject, then answers something else        -> ignored_evidence
     g4  the oracle, in an env whose every tool call fails with a 5xx  -> environment
@@ -40,7 +40,7 @@ ROLLOUT = RolloutConfig(
 MEMBERS = 5
 EXPECTED = {
     0: ("succeeded", "succeeded"),
-    1: ("policy", "premature_stop"),
+    1: ("policy", "answered_without_evidence"),
     2: ("policy", "format"),
     3: ("policy", "ignored_evidence"),
     4: ("environment", "server_error"),

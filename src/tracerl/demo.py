@@ -30,12 +30,13 @@ from rich.table import Table
 from tracerl.envs import FaultInjector, make
 from tracerl.envs.refund_desk import reference_plan
 from tracerl.models import load
+from tracerl.report.run import find_episode
 from tracerl.report.terminal import print_trajectory
 from tracerl.rollout import BatchedHFSampler, ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import episode_member, episode_task_id, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
-from tracerl.rollout.replay import find_episode, replay_exact
+from tracerl.rollout.replay import replay_exact
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.rollout.sampler import SampleRequest
 
@@ -136,7 +137,9 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     console.print({k: round(v, 3) for k, v in m.items() if v and "/" in k})
     written = {t.episode_id for _, t in read_run_trajectories(out_dir)}
     report = asyncio.run(
-        replay_exact(find_episode(out_dir, longest.episode_id), renderer=bundle.renderer)
+        replay_exact(
+            find_episode(out_dir, longest.episode_id).trajectories, renderer=bundle.renderer
+        )
     )
     console.rule("summary")
     console.print(

@@ -9,10 +9,11 @@ import dataclasses
 from tests.scripts import scripted_policy
 from tracerl.envs import FaultInjector, RefundDesk, make, tool
 from tracerl.jsonl import write_trajectories
+from tracerl.report.run import find_episode
 from tracerl.rollout.budget import Budgets, RetryPolicy, RolloutConfig
 from tracerl.rollout.groups import run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
-from tracerl.rollout.replay import find_episode, replay_exact, replay_live
+from tracerl.rollout.replay import replay_exact, replay_live
 from tracerl.types import Source
 
 CONFIG = RolloutConfig(
@@ -40,7 +41,7 @@ def test_every_recorded_episode_replays_exactly(tiny, tmp_path):
     episodes = _record(tiny, tmp_path / "run")
     assert {e.stop_reason.value for e in episodes} >= {"answered"}
     for e in episodes:
-        recorded = find_episode(tmp_path / "run", e.episode_id)
+        recorded = find_episode(tmp_path / "run", e.episode_id).trajectories
         report = asyncio.run(replay_exact(recorded, renderer=tiny.renderer))
         assert report.ok, (e.episode_id, report.first_difference)
         assert report.stop_reason == (e.stop_reason.value, e.stop_reason.value)
@@ -66,7 +67,9 @@ def test_a_changed_tool_output_is_the_first_difference(tiny, tmp_path):
     e = episodes[0]
     _tamper(tmp_path / "run", e.episode_id, 0, "order lookup failed silently")
     report = asyncio.run(
-        replay_exact(find_episode(tmp_path / "run", e.episode_id), renderer=tiny.renderer)
+        replay_exact(
+            find_episode(tmp_path / "run", e.episode_id).trajectories, renderer=tiny.renderer
+        )
     )
     assert not report.ok
     # The first difference lies inside step 0's first tool output, not anywhere earlier.
@@ -114,7 +117,7 @@ def test_live_replay_reports_drift_at_the_changed_step(tiny, tmp_path):
         for s in e.steps
         if any(c["action"]["tool"] == "issue_refund" for c in s.get("calls", []))
     )
-    recorded = find_episode(tmp_path / "run", e.episode_id)
+    recorded = find_episode(tmp_path / "run", e.episode_id).trajectories
     same = asyncio.run(replay_live(recorded))
     assert same.drifted == []
     changed = asyncio.run(replay_live(recorded, env=QueuedRefunds()))
@@ -126,7 +129,7 @@ def test_a_replay_that_leaves_the_recording_says_how(tiny, tmp_path):
     """If the recorded policy tokens no longer lead to the recorded action (here: the record
     of what was sent was edited), the report names the step and both actions."""
     episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=1, group_size=1)
-    recorded = find_episode(tmp_path / "run", episodes[0].episode_id)
+    recorded = find_episode(tmp_path / "run", episodes[0].episode_id).trajectories
     steps = copy.deepcopy(list(recorded[0].steps))
     steps[0]["attempts"][0]["calls"][0]["action"]["args"] = {"order_id": "A9999"}
     edited = [dataclasses.replace(recorded[0], steps=tuple(steps), _cache={})]
@@ -143,7 +146,9 @@ def test_live_replay_reports_a_failing_env_instead_of_crashing(tiny, tmp_path):
             raise ConnectionError("refund service unreachable")
 
     report = asyncio.run(
-        replay_live(find_episode(tmp_path / "run", episodes[0].episode_id), env=Outage())
+        replay_live(
+            find_episode(tmp_path / "run", episodes[0].episode_id).trajectories, env=Outage()
+        )
     )
     assert report.steps[0].status == "same"  # reset still works
     assert report.drifted and all(d.status == "failed" for d in report.drifted)

@@ -174,6 +174,8 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     )
     out = d.run_dir / "report"
     (out / "episodes").mkdir(parents=True, exist_ok=True)
+    for old in (out / "episodes").glob("*.html"):  # pages an earlier report linked
+        old.unlink()
     for e in linked.values():
         _write(out / "episodes" / page_name(e), episode_page(e))
     index = out / "index.html"

@@ -84,6 +84,8 @@ class EpisodeRecord:
     split: str
     step: int
     path: Path
+    where_in_run: str = ""
+    """The step file's path inside the run directory (``eval/episodes/step_0.jsonl.gz``)."""
 
     @property
     def episode_id(self) -> str:
@@ -112,6 +114,10 @@ class EpisodeRecord:
 
     @property
     def attribution(self) -> str:
+        """Whose outcome this is: the receipt's owner, unless the reward code crashed (then
+        the evaluator's, whatever the rollout said)."""
+        if self.reward is not None and self.reward.attribution.value == "evaluator":
+            return "evaluator"
         return str(self.receipt.get("attribution") or "unknown")
 
     @property
@@ -167,6 +173,7 @@ def _read(path: Path) -> list[Trajectory]:
 def iter_episodes(run_dir: str | os.PathLike[str]) -> Iterator[EpisodeRecord]:
     """Every episode of the run directory (see `step_files` for the order)."""
     root = Path(run_dir)
+    evaluation = evaluation_only(root)
     for path in step_files(root):
         phase, stage, split, step = _origin(root, path)
         by_id: dict[str, list[Trajectory]] = {}
@@ -174,7 +181,17 @@ def iter_episodes(run_dir: str | os.PathLike[str]) -> Iterator[EpisodeRecord]:
             by_id.setdefault(t.episode_id or "", []).append(t)
         for trajs in by_id.values():
             trajs.sort(key=lambda t: t.sample_index)
-            yield EpisodeRecord(trajs, phase, stage, split, step, path)
+            if evaluation and phase == "train":  # `tracerl eval` writes episodes/ too
+                task = (trajs[0].receipt or {}).get("task") or {}
+                phase, stage, split = "eval", "eval", str(task.get("split", "eval"))
+            rel = path.relative_to(root).as_posix()
+            yield EpisodeRecord(trajs, phase, stage, split, step, path, rel)
+
+
+def evaluation_only(run_dir: Path) -> bool:
+    """A directory written by `tracerl eval`: metric rows per split, no training phase."""
+    rows = metric_rows(run_dir)
+    return bool(rows) and all("phase" not in r and "split" in r for r in rows)
 
 
 def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord:
@@ -203,7 +220,7 @@ def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord
     names = ", ".join(f"{m.episode_id} ({m.where})" for m in matches[:5])
     raise RunDirError(
         f"{run_dir}: {len(matches)} episodes match {episode!r} (e.g. {names}); "
-        "give the full episode id or the replay id"
+        "give its replay id (ro_...), shown on its page and by `tracerl show`"
     )
 
 

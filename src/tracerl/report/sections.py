@@ -258,9 +258,16 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
     env = rc.get("env") or {}
     planned = (d.config.get("trainer") or {}).get("steps")
     done = len(d.train)
-    status = (
-        "finished" if planned is not None and done >= planned and d.evals else "running or stopped"
-    )
+    final_eval = any(r.get("step") == planned and r.get("phase") == "eval" for r in d.evals)
+    if not d.train and d.evals and all("phase" not in r for r in d.evals):
+        status = "evaluation only"
+    elif planned is not None and done >= planned and final_eval:
+        status = "finished"
+    else:
+        status = "running or stopped"
+    progress = status
+    if status != "evaluation only":
+        progress += f": {done} of {planned if planned is not None else '?'} RL steps"
     starts = [e.receipt.get("started_at") for e in d.episodes if e.receipt.get("started_at")]
     duration = _duration(d)
     sampled = sum(
@@ -270,7 +277,7 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
     total = sum(len(t) for e in d.episodes for t in e.trajectories)
     facts = [
         ["run", d.run_dir.name],
-        ["status", f"{status}: {done} of {planned if planned is not None else '?'} RL steps"],
+        ["status", progress],
         ["model", rc.get("model_id", (d.config.get("model") or {}).get("spec", "–"))],
         ["environment", f"{env.get('name', '–')} {env.get('version', '')}"],
         [
@@ -284,7 +291,7 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
         ["tokens", f"{total:,} in episodes, {sampled:,} sampled by the policy"],
     ]
     cards = {
-        "status": f"{status} · {done}/{planned if planned is not None else '?'} steps",
+        "status": progress,
         "duration": duration,
     }
     return facts, cards

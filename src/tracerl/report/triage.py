@@ -9,8 +9,9 @@ not on the reward curve. Every episode falls in exactly one bucket:
                                     invalid arguments
                    format           turns the parser could not read until the episode
                                     ended, or no final answer in the expected form
-                   premature_stop   answered before any observation held the answer (it
-                                    stopped exploring too soon)
+                   answered_without_evidence
+                                    answered before any observation held the answer (it
+                                    stopped looking too soon, or its searches missed)
                    ignored_evidence an observation held the answer, the final answer did not
                    out_of_budget    a budget ended the episode before an answer
                    wrong_answer     none of the above can be told (the task has no gold
@@ -36,7 +37,7 @@ BUCKETS = ("succeeded", "policy", "environment", "evaluator")
 POLICY_KINDS = (
     "wrong_tool",
     "format",
-    "premature_stop",
+    "answered_without_evidence",
     "ignored_evidence",
     "out_of_budget",
     "wrong_answer",
@@ -137,7 +138,7 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
         return "wrong_answer", "wrong answer (the task has no gold answer to look for)" + also
     if _evidence_seen(ep, golds):
         return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not{also}"
-    return "premature_stop", f"answered before any observation held {golds[0]!r}{also}"
+    return "answered_without_evidence", f"answered before any observation held {golds[0]!r}{also}"
 
 
 @dataclass

@@ -26,7 +26,8 @@ def page_name(ep: EpisodeRecord) -> str:
     """A file name for the episode's page, unique within the run (the same id can recur in
     two evaluations of one step)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", ep.episode_id)[:60].strip("_") or "episode"
-    digest = hashlib.sha1(f"{ep.path}|{ep.episode_id}".encode()).hexdigest()[:8]
+    key = f"{ep.where_in_run}|{ep.episode_id}"  # the same name however RUN was spelled
+    digest = hashlib.sha1(key.encode()).hexdigest()[:8]
     return f"{slug}-{digest}.html"
 
 
@@ -110,7 +111,7 @@ def _reward_table(ep: EpisodeRecord) -> str:
                 f"{c['weight']:.2f}",
                 f"{c['contribution']:.3f}",
                 state,
-                Raw(f"<code>{esc(evidence[:600])}</code>") if evidence != "{}" else "",
+                Raw(f"<code>{esc(_clip(evidence))}</code>") if evidence != "{}" else "",
             ]
         )
     head = (
@@ -119,10 +120,40 @@ def _reward_table(ep: EpisodeRecord) -> str:
         f"{'eligible for the gradient' if r.get('eligible') else 'not eligible for the gradient'}"
         f"{' · evaluator error: ' + esc(r['error']) if r.get('error') else ''}</p>"
     )
-    return head + table(
-        ["component", "layer", "value", "weight", "contribution", "state", "evidence"],
-        rows,
-        num={2, 3, 4},
+    verdicts = [v for c in r["components"] for v in (c.get("evidence") or {}).get("verdicts") or []]
+    cited = (
+        "<h3>Citation verdicts</h3>"
+        + table(
+            ["document", "exists", "quoted", "supports the answer", "valid", "why not"],
+            [
+                [
+                    v.get("doc_id"),
+                    v.get("exists"),
+                    v.get("quoted"),
+                    v.get("supports"),
+                    v.get("valid"),
+                    v.get("reason", ""),
+                ]
+                for v in verdicts
+            ],
+        )
+        if verdicts
+        else ""
+    )
+    return (
+        head
+        + table(
+            ["component", "layer", "value", "weight", "contribution", "state", "evidence"],
+            rows,
+            num={2, 3, 4},
+        )
+        + cited
+    )
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    return (
+        text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
     )
 
 

@@ -13,7 +13,6 @@ regression check. It does not judge the policy: the actions are the recorded one
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,6 @@ from tracerl.envs.parsers import Action, get_parser
 from tracerl.envs.registry import make
 from tracerl.envs.tools import Tool, ToolSet
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.persist import read_run_trajectories
 from tracerl.rollout.runner import Policy, run_episode
 from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
 from tracerl.types import Receipt, ToolCall, Trajectory, TrajectoryError
@@ -31,22 +29,6 @@ from tracerl.types import Receipt, ToolCall, Trajectory, TrajectoryError
 
 class ReplayError(RuntimeError):
     """The recording cannot be replayed (missing, or the replay asked for something else)."""
-
-
-def find_episode(run_dir: str | os.PathLike[str], episode: str) -> list[Trajectory]:
-    """The trajectories (samples) of one episode, by episode id or replay id."""
-    found: list[Trajectory] = []
-    seen: list[str] = []
-    for _, t in read_run_trajectories(run_dir):
-        receipt = t.receipt or {}
-        if episode in (t.episode_id, receipt.get("replay_id")):
-            found.append(t)
-        elif len(seen) < 5 and t.episode_id not in seen:
-            seen.append(str(t.episode_id))
-    if not found:
-        hint = ", ".join(seen) or "none (is this a run directory with episodes/?)"
-        raise ReplayError(f"{run_dir}: no episode {episode!r}; episodes include: {hint}")
-    return sorted(found, key=lambda t: t.sample_index)
 
 
 def _steps(trajectories: Sequence[Trajectory]) -> dict[int, dict[str, Any]]:

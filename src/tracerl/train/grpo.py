@@ -28,7 +28,7 @@ from tracerl.rollout.groups import EnvSource, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
-from tracerl.train.metrics import gradient_eligible, scored_metrics
+from tracerl.train.metrics import gradient_eligible, owner_metrics, scored_metrics
 from tracerl.types import RewardBreakdown
 
 RewardFn = Callable[[Episode], float | RewardBreakdown]
@@ -85,7 +85,7 @@ def grpo_step(
             advs += [a] * len(e.trajectories)
     metrics = learner.update(rows, advs) if rows else {}
     policy.sampler.policy_version += 1
-    metrics.update(rollout_metrics(episodes))
+    metrics.update(rollout_metrics(episodes) | owner_metrics(episodes))
     metrics["train/reward_mean"] = float(rewards_B.mean())
     metrics.update({f"train/{k}": v for k, v in scored_metrics(episodes).items()})
     metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in episodes))

@@ -1,7 +1,9 @@
 """What a batch of scored episodes measures, beyond the rollout's own metrics.
 
 The same function serves training rows (``train/...``) and evaluation rows
-(``eval/<split>/...``), so a curve means the same thing on both:
+(``eval/<split>/...``), so these curves mean the same thing on both (``reward_mean`` does
+not: training averages every episode, the reward GRPO sees; evaluation averages the
+episodes eligible for it):
 
     success_rate               the first outcome component reached 1.0 (exact match)
     reward/<component>         each component's mean over the episodes it scored
@@ -31,6 +33,23 @@ def gradient_eligible(e: Episode) -> bool:
     """May this episode train the policy? Its rollout must be the policy's (or a success
     despite the environment) and its reward decided by a healthy evaluator."""
     return e.gradient_eligible and (e.reward is None or e.reward.eligible)
+
+
+def owner(e: Episode) -> Attribution:
+    """Whose outcome the episode is: the rollout's owner, unless the reward code crashed on
+    it (then the evaluator's, whatever the rollout said)."""
+    if e.reward is not None and e.reward.attribution is Attribution.EVALUATOR:
+        return Attribution.EVALUATOR
+    return e.attribution
+
+
+def owner_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """``attribution/episodes_<owner>``: each owner's share of the episodes (see `owner`)."""
+    n = max(1, len(episodes))
+    return {
+        f"attribution/episodes_{o.value}": sum(owner(e) is o for e in episodes) / n
+        for o in Attribution
+    }
 
 
 def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -114,7 +133,7 @@ def eval_metrics(
     }
     if lookup is not None:
         m.update(citation_metrics(episodes, lookup))
-    rollout = rollout_metrics(episodes)
+    rollout = rollout_metrics(episodes) | owner_metrics(episodes)
     m["latency_p95_s"] = rollout.pop("rollout/latency_p95_s")
     m.update(
         {k: v for k, v in rollout.items() if k.split("/")[0] in ("stop", "attribution", "cost")}
@@ -122,7 +141,11 @@ def eval_metrics(
     m.update(
         {
             k.split("/")[1]: rollout[k]
-            for k in ("rollout/premature_stop_rate", "rollout/unfinished_after_budget")
+            for k in (
+                "rollout/premature_stop_rate",
+                "rollout/unfinished_after_budget",
+                "rollout/finalize_rate",
+            )
         }
     )
     out = {f"eval/{split}/{k}": v for k, v in m.items()}
