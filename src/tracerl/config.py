@@ -60,6 +60,15 @@ class EnvConfig(_Config):
     link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""
 
 
+class StalenessLR(_Config):
+    """``lr_eff = lr * f(s)`` for a sample `s` policy versions old (async training)."""
+
+    kind: Literal["off", "inverse", "exponential"] = "inverse"
+    """``inverse``: f(s) = 1 / (1 + alpha s); ``exponential``: f(s) = gamma ** s."""
+    alpha: float = Field(0.5, ge=0)
+    gamma: float = Field(0.7, gt=0, le=1)
+
+
 class TrainerConfig(_Config):
     steps: int = Field(10, ge=0)
     group_size: int = Field(8, ge=2)
@@ -90,6 +99,18 @@ class TrainerConfig(_Config):
     """Evaluate every N steps (0: only before the first and after the last step)."""
     checkpoint_every: int = Field(1, ge=1)
     seed: int = 0
+    mode: Literal["sync", "async"] = "sync"
+    """``async``: rollout workers keep sampling while the learner trains
+    (`tracerl.train.async_loop`); ``sync``: sample a batch, then train on it."""
+    max_staleness: int = Field(1, ge=0)
+    """Async: the most policy versions a trained-on token may lag the learner; older
+    samples are dropped and counted (and no new group starts that would exceed it)."""
+    staleness_lr: StalenessLR = Field(default_factory=lambda: StalenessLR())
+    timeouts: Literal["exclude", "grade"] = "exclude"
+    """Episodes that ran out of wall time: left out of the gradient (``exclude``), or scored
+    on what they did with the reward clamped to at most `timeout_reward_cap` (``grade``).
+    Either way they are counted as timeouts, never as policy failures."""
+    timeout_reward_cap: float = 0.0
 
 
 class WarmStartConfig(_Config):

@@ -115,9 +115,14 @@ def ppo_clip(inp: PolicyLossInput, cfg: ClipConfig) -> tuple[torch.Tensor, dict[
         loss = torch.where(adv_B_T < 0, torch.minimum(loss, bound), loss)
         metrics["dual_clip_frac"] = float((capped.to(mask.dtype) * mask).sum() / n)
     if cfg.tis_cap is not None and inp.behavior_logprobs_B_T is not None:
-        w = torch.exp(inp.old_logprobs_B_T - inp.behavior_logprobs_B_T).clamp(max=cfg.tis_cap)
+        raw = torch.exp(inp.old_logprobs_B_T - inp.behavior_logprobs_B_T)
+        w = raw.clamp(max=cfg.tis_cap)
         loss = loss * w.detach()
         metrics["tis_weight_mean"] = float((w * mask).sum() / n)
+        # the behaviour policy's distance from the proximal one, before the cap
+        metrics["is_ratio_mean"] = float((raw * mask).sum() / n)
+        metrics["is_ratio_max"] = float((raw * mask).max())
+        metrics["tis_capped_frac"] = float(((raw > cfg.tis_cap).to(mask.dtype) * mask).sum() / n)
     with torch.no_grad():
         log_r = inp.logprobs_B_T - inp.old_logprobs_B_T
         metrics["ratio_mean"] = float((ratio * mask).sum() / n)

@@ -3,7 +3,7 @@
 from tracerl.envs.arithmetic import Arithmetic
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult, ToolEnv
 from tracerl.envs.check import CheckReport, EnvCheckError, check_env
-from tracerl.envs.faults import FaultInjector
+from tracerl.envs.faults import FaultInjector, SlowTools
 from tracerl.envs.parsers import PARSERS, Action, ParseError, get_parser, parser_for_model
 from tracerl.envs.refund_desk import RefundDesk
 from tracerl.envs.registry import make, register, registered
@@ -34,6 +34,7 @@ __all__ = [
     "ParseError",
     "PolicyError",
     "RefundDesk",
+    "SlowTools",
     "StepResult",
     "Tool",
     "ToolEnv",

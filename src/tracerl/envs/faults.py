@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -162,6 +163,37 @@ class FaultInjector(Env):
 
     def __getattr__(self, name: str) -> Any:  # anything else: the wrapped env's
         return getattr(self.__dict__["env"], name)
+
+
+class SlowTools(FaultInjector):
+    """Every tool step is slow and none fails: a log-normal delay whose median is
+    `median_ms` and whose 95th percentile is `tail` times the median (a service whose slow
+    calls are ten times its typical ones), seeded per episode like the faults. For
+    benchmarks of overlapping rollouts with training."""
+
+    def __init__(self, env: Env, *, median_ms: float = 100.0, tail: float = 10.0, seed: int = 0):
+        super().__init__(env, rate=0.0, seed=seed)
+        if median_ms <= 0 or tail < 1:
+            raise ValueError(
+                f"SlowTools: need median_ms > 0 and tail >= 1, got {median_ms}, {tail}"
+            )
+        self.median_ms = median_ms
+        self.sigma = math.log(tail) / 1.6449  # z of the 95th percentile
+
+    def describe(self) -> dict[str, Any]:
+        return {"slow_tools": {"median_ms": self.median_ms, "sigma": self.sigma, "seed": self.seed}}
+
+    async def step(self, action: Action) -> StepResult:
+        self._steps += 1
+        if not action.tool_calls:
+            return await self.env.step(action)
+        delay_ms = self.median_ms * math.exp(self.sigma * self.rng.gauss(0.0, 1.0))
+        self._log("latency", delay_ms=delay_ms, fault=False)
+        await asyncio.sleep(delay_ms / 1000)
+        result = await self.env.step(action)
+        for c in result.calls:
+            c.result.latency_ms += delay_ms
+        return result
 
 
 _MESSAGES = {

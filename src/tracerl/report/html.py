@@ -26,6 +26,7 @@ from tracerl.report.triage import triage
 from tracerl.report.viewer import episode_page, page_name
 
 CURVES = ("training-reward", "heldout-success", "tool-cost", "constraint-violations")
+ASYNC_CURVES = ("staleness", "effective-lr")
 
 
 # ---- the four curves ---------------------------------------------------------------------
@@ -139,6 +140,50 @@ def _curves(d: RunData) -> list[str]:
     ]
 
 
+def _async_curves(d: RunData) -> list[str]:
+    """With asynchronous training: how stale the trained samples were, and the learning
+    rate the staleness left (`tracerl.algos.staleness`)."""
+    if not any("async/staleness_mean" in r for r in d.train):
+        return []
+    return [
+        line_chart(
+            ASYNC_CURVES[0],
+            "5 · Staleness of trained samples",
+            [
+                Panel(
+                    "policy versions behind the learner",
+                    [
+                        _train(d, "async/staleness_mean", "mean"),
+                        _train(d, "async/staleness_max", "max", dashed=True),
+                    ],
+                    y_min=0.0,
+                ),
+                Panel(
+                    "episodes dropped as too stale",
+                    [_train(d, "async/dropped_stale", "dropped")],
+                    y_min=0.0,
+                ),
+            ],
+        ),
+        line_chart(
+            ASYNC_CURVES[1],
+            "6 · Effective learning rate",
+            [
+                Panel(
+                    "lr x f(staleness)",
+                    [_train(d, "async/lr_effective", "effective lr")],
+                    y_min=0.0,
+                ),
+                Panel(
+                    "learner waiting for rollouts (s per step)",
+                    [_train(d, "async/learner_wait_s", "wait")],
+                    y_min=0.0,
+                ),
+            ],
+        ),
+    ]
+
+
 def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     """Write ``RUN/report/index.html`` and the linked episodes' pages; returns the index."""
     d = RunData.load(run_dir)
@@ -156,7 +201,15 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         + sections.cards(d, cards)
         + '<h2>Four curves, never on one axis</h2><div class="grid2">'
         + "".join(_curves(d))
-        + "</div><h2>Whose fault: attribution</h2>"
+        + "</div>"
+        + (
+            '<h2>Asynchronous training</h2><div class="grid2">'
+            + "".join(_async_curves(d))
+            + "</div>"
+            if _async_curves(d)
+            else ""
+        )
+        + "<h2>Whose fault: attribution</h2>"
         + sections.attribution(d)
         + "<h2>How episodes ended</h2>"
         + sections.stops(d)

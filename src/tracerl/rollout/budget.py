@@ -14,7 +14,7 @@ The ledger's JSON follows the design notes' shape (``rollout_id``, ``budgets``, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,6 +92,10 @@ class RolloutConfig(_Config):
     """Stop after this many unreadable model turns."""
     unknown_rate_warning: float = Field(0.05, ge=0, le=1)
     """Warn when more than this share of steps fails with an unattributed fault."""
+    weight_sync: Literal["none", "between_turns"] = "none"
+    """How the weights may change under a running episode: ``none`` (synchronous training:
+    never), ``between_turns`` (asynchronous: a turn finishes on the weights it started
+    with; later turns may use newer ones, each turn's tokens carry their version)."""
 
 
 class Ledger:

@@ -179,6 +179,16 @@ def rollout_metrics(
     m["rollout/unfinished_after_budget"] = len(budget_stops) / n
     m["rollout/finalize_rate"] = sum(bool(e.receipt.ledger.get("finalize")) for e in episodes) / n
     m["rollout/gradient_eligible_rate"] = sum(e.gradient_eligible for e in episodes) / n
+    # three kinds of trouble, never summed: out of wall time, the environment, the policy
+    # (``train/policy_failure_rate``, which needs the reward)
+    m["rollout/timeout_rate"] = sum(e.stop_reason is StopReason.TIMEOUT for e in episodes) / n
+    m["rollout/infra_failure_rate"] = (
+        sum(
+            e.attribution is Attribution.ENVIRONMENT and e.stop_reason is not StopReason.TIMEOUT
+            for e in episodes
+        )
+        / n
+    )
     m["rollout/retries"] = sum(max(0, len(s.get("attempts", [])) - 1) for s in steps)
     for key in ("steps", "tool_calls", "sampled_tokens", "write_actions"):
         m[f"cost/{key}_mean"] = sum(e.receipt.ledger["used"][key] for e in episodes) / n

@@ -29,7 +29,7 @@ from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import gradient_eligible, owner_metrics, scored_metrics
-from tracerl.types import RewardBreakdown
+from tracerl.types import RewardBreakdown, StopReason
 
 RewardFn = Callable[[Episode], float | RewardBreakdown]
 """A plain number or a `RewardBreakdown` (see `tracerl.rollout.episode.score_episode`)."""
@@ -41,6 +41,10 @@ class GRPOConfig:
     advantage: str = "grpo"
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     max_concurrent_episodes: int = 32
+    timeouts: str = "exclude"
+    """Episodes that ran out of wall time: ``exclude`` them from the gradient, or ``grade``
+    them on what they did with the reward clamped to at most `timeout_reward_cap`."""
+    timeout_reward_cap: float = 0.0
 
 
 def grpo_step(
@@ -73,21 +77,58 @@ def grpo_step(
             score=reward_fn,
         )
     )
+    metrics = update_on_groups(groups, learner, cfg)
+    policy.sampler.policy_version += 1
+    metrics["train/reused_episodes"] = float(
+        sum(e.episode_id in (done or {}) for g in groups for e in g)
+    )
+    metrics["train/policy_version"] = float(policy.sampler.policy_version)
+    return metrics, [e for g in groups for e in g]
+
+
+def training_rewards(
+    episodes: Sequence[Episode], cfg: GRPOConfig
+) -> tuple[list[float], list[bool]]:
+    """Each episode's reward and whether it may train the policy. A timeout is excluded, or
+    (``timeouts: grade``) kept with its reward clamped to `timeout_reward_cap`."""
+    rewards, eligible = [], []
+    for e in episodes:
+        assert e.reward is not None, "episodes are scored before training"
+        total, ok = e.reward.total, gradient_eligible(e)
+        if e.stop_reason is StopReason.TIMEOUT and cfg.timeouts == "grade" and e.reward.decided:
+            total, ok = min(total, cfg.timeout_reward_cap), e.reward.error is None
+        rewards.append(total)
+        eligible.append(ok)
+    return rewards, eligible
+
+
+def update_on_groups(
+    groups: Sequence[Sequence[Episode]],
+    learner: Learner,
+    cfg: GRPOConfig,
+    *,
+    sample_weights: Sequence[float] | None = None,
+    lr_scale: float = 1.0,
+) -> dict[str, float]:
+    """Rewards, eligibility, advantages per group, one learner update, and the step's
+    metrics. `sample_weights` (one per episode, mean 1) and `lr_scale` come from staleness
+    in asynchronous training (`tracerl.algos.staleness`)."""
     episodes = [e for g in groups for e in g]
-    rewards_B = torch.tensor([e.reward.total for e in episodes], dtype=torch.float32)
+    rewards, eligible = training_rewards(episodes, cfg)
+    rewards_B = torch.tensor(rewards, dtype=torch.float32)
     group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
-    eligible_B = torch.tensor([gradient_eligible(e) for e in episodes])
+    eligible_B = torch.tensor(eligible, dtype=torch.bool)
     advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
+    if sample_weights is not None:
+        advantages_B = advantages_B * torch.tensor(sample_weights, dtype=torch.float32)
     rows, advs = [], []
-    for e, a, ok in zip(episodes, advantages_B.tolist(), eligible_B.tolist(), strict=True):
+    for e, a, ok in zip(episodes, advantages_B.tolist(), eligible, strict=True):
         if ok:
             rows += e.trajectories
             advs += [a] * len(e.trajectories)
-    metrics = learner.update(rows, advs) if rows else {}
-    policy.sampler.policy_version += 1
+    metrics = learner.update(rows, advs, lr_scale=lr_scale) if rows else {}
     metrics.update(rollout_metrics(episodes) | owner_metrics(episodes))
-    metrics["train/reward_mean"] = float(rewards_B.mean())
+    metrics["train/reward_mean"] = float(rewards_B.mean()) if episodes else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(episodes).items()})
-    metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in episodes))
-    metrics["train/policy_version"] = float(policy.sampler.policy_version)
-    return metrics, episodes
+    metrics["train/ineligible_episodes"] = float(sum(not ok for ok in eligible))
+    return metrics

@@ -89,6 +89,13 @@ class Learner:
         if self.cfg.compile:
             self._body = torch.compile(model.get_decoder(), dynamic=True)
         self.updates = 0
+        self.weights_lock: Any = contextlib.nullcontext()
+        """Held while the optimizer writes the weights: an in-process sampler that shares
+        them (async training) holds it for each generation, so a turn never sees half an
+        update."""
+        self.after_update: Any = None
+        """Called under `weights_lock` right after an update's last optimizer step (async
+        training bumps the sampler's policy version there, atomically with the weights)."""
 
     def _logprobs(self, batch: Any, model: Any = None, body: Any = None) -> torch.Tensor:
         return token_logprobs(
@@ -108,9 +115,14 @@ class Learner:
             return self._logprobs(batch, model=ref)
 
     def update(
-        self, trajectories: Sequence[Trajectory], advantages: Sequence[float]
+        self,
+        trajectories: Sequence[Trajectory],
+        advantages: Sequence[float],
+        *,
+        lr_scale: float = 1.0,
     ) -> dict[str, float]:
-        """One policy update on these rows (advantage 0 rows still shape the mean)."""
+        """One policy update on these rows (advantage 0 rows still shape the mean).
+        `lr_scale` multiplies the learning rate for this update only (staleness)."""
         c = self.cfg
         share = c.share_prefix and not (c.gradient_checkpointing or c.compile)
         make_batches = shared_prefix_batches if share else bucketed_batches
@@ -126,6 +138,8 @@ class Learner:
             width = max(b.input_ids_B_T.shape[1] for b in batches)
             clip = dataclasses.replace(clip, norm_tokens=width)
         sums: dict[str, float] = {}
+        for group in self.optimizer.param_groups:
+            group["lr"] = c.lr * lr_scale
         with _training_mode(self.model, self.cfg.gradient_checkpointing):
             grad_norm = self._epochs(batches, weights, refs, clip, sums)
         self.updates += 1
@@ -170,7 +184,10 @@ class Learner:
                 for key, v in {"loss": loss.item(), **m}.items():
                     sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm))
-            self.optimizer.step()
+            with self.weights_lock:
+                self.optimizer.step()
+                if epoch == self.cfg.epochs - 1 and self.after_update is not None:
+                    self.after_update()
         return grad_norm
 
 

@@ -39,6 +39,7 @@ from tracerl.rollout.episode import ScoreFn, episode_from_trajectories
 from tracerl.rollout.groups import run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_step_file, step_file
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.async_loop import AsyncSettings, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
@@ -213,22 +214,75 @@ def _train(
         if start >= t.steps and not _has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
             final = _evaluate(cfg, env, probe, policy, reward, sink, t.steps, bars)
-    grpo = GRPOConfig(group_size=t.group_size, advantage=t.advantage, rollout=cfg.rollout)
+    grpo = GRPOConfig(
+        group_size=t.group_size,
+        advantage=t.advantage,
+        rollout=cfg.rollout,
+        timeouts=t.timeouts,
+        timeout_reward_cap=t.timeout_reward_cap,
+    )
     bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
+
+    def tasks_of(step: int) -> list[dict[str, Any]]:  # a function of seed and step
+        return probe.sample_tasks(
+            cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
+        )
+
+    def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
+        """Log the step and checkpoint; False when a signal asked to stop."""
+        if hasattr(probe, "document"):
+            cites = citation_metrics(episodes, probe.document)
+            m.update({f"train/{k}": v for k, v in cites.items()})
+        m["time/step_s"] = time.perf_counter() - t0
+        sink.log({"step": step, "phase": "train", **m})
+        log(
+            f"step {step}: reward {m['train/reward_mean']:.3f}, "
+            f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
+        )
+        bars.step_done()
+        if (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1 or stop.requested:
+            save_checkpoint(
+                run_dir, step, bundle.model, learner.optimizer, sampler, {"seed": t.seed}
+            )
+        if stop.requested:
+            log(f"stopped by a signal after step {step}; checkpoint written")
+        return not stop.requested
+
+    def evaluate_after(step: int) -> bool:
+        return step == t.steps - 1 or bool(t.eval_every and (step + 1) % t.eval_every == 0)
+
     try:
+        if t.mode == "async":
+            return (
+                asyncio.run(
+                    _train_async(
+                        cfg,
+                        env,
+                        policy,
+                        learner,
+                        reward,
+                        grpo,
+                        start,
+                        tasks_of,
+                        record,
+                        evaluate_after,
+                        probe,
+                        sink,
+                        bars,
+                    )
+                )
+                or final
+            )
         for step in range(start, t.steps):
             if stop.requested:  # a signal during the last evaluation: stop before a new step
                 log(f"stopped by a signal before step {step}")
                 return final
             t0 = time.perf_counter()
             bars.phase(f"step {step} rollouts", cfg.env.tasks_per_step * t.group_size)
-            tasks = probe.sample_tasks(
-                cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
-            )
             m, episodes = grpo_step(
                 env,
-                tasks,
+                tasks_of(step),
                 policy,
                 learner,
                 reward,
@@ -238,29 +292,58 @@ def _train(
                 done=_done_episodes(run_dir, step),
                 on_episode=bars.advance,
             )
-            if hasattr(probe, "document"):
-                m.update(
-                    {f"train/{k}": v for k, v in citation_metrics(episodes, probe.document).items()}
-                )
-            m["time/step_s"] = time.perf_counter() - t0
-            sink.log({"step": step, "phase": "train", **m})
-            log(
-                f"step {step}: reward {m['train/reward_mean']:.3f}, "
-                f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
-            )
-            bars.step_done()
-            last = step == t.steps - 1
-            if (step + 1) % t.checkpoint_every == 0 or last or stop.requested:
-                save_checkpoint(
-                    run_dir, step, bundle.model, learner.optimizer, sampler, {"seed": t.seed}
-                )
-            if stop.requested:
-                log(f"stopped by a signal after step {step}; checkpoint written")
+            if not record(step, m, episodes, t0):
                 return final
-            if last or (t.eval_every and (step + 1) % t.eval_every == 0):
+            if evaluate_after(step):
                 final = _evaluate(cfg, env, probe, policy, reward, sink, step + 1, bars)
     finally:
         stop.restore()
+    return final
+
+
+async def _train_async(
+    cfg: RunConfig,
+    env: Any,
+    policy: Policy,
+    learner: Learner,
+    reward: ScoreFn,
+    grpo: GRPOConfig,
+    start: int,
+    tasks_of: Callable[[int], list[dict[str, Any]]],
+    record: Callable[..., bool],
+    evaluate_after: Callable[[int], bool],
+    probe: Any,
+    sink: MetricsLog,
+    bars: QuietProgress,
+) -> dict[str, float]:
+    """The steps of an asynchronous run (`tracerl.train.async_loop`); evaluations run in the
+    same event loop, between updates, while the rollout workers keep sampling."""
+    t, run_dir = cfg.trainer, cfg.run_dir
+    final: dict[str, float] = {}
+    last = [time.perf_counter()]
+    bars.phase("async rollouts", (t.steps - start) * cfg.env.tasks_per_step * t.group_size)
+
+    async def after(step: int, m: dict[str, float], episodes: list[Episode]) -> bool:
+        nonlocal final
+        go = record(step, m, episodes, last[0])
+        if go and evaluate_after(step):
+            final = await _evaluate_async(cfg, env, probe, policy, reward, sink, step + 1, bars)
+        last[0] = time.perf_counter()
+        return go
+
+    await train_async(
+        env,
+        tasks_of,
+        policy,
+        learner,
+        reward,
+        grpo,
+        AsyncSettings(t.steps, start, t.max_staleness, t.staleness_lr),
+        writer=lambda b: EpisodeWriter(run_dir, b),
+        done=lambda b: _done_episodes(run_dir, b),
+        after_step=after,
+        on_episode=bars.advance,
+    )
     return final
 
 
@@ -318,7 +401,11 @@ def _warm_start(
     return _evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start")
 
 
-def _evaluate(
+def _evaluate(*args: Any, **kwargs: Any) -> dict[str, float]:
+    return asyncio.run(_evaluate_async(*args, **kwargs))
+
+
+async def _evaluate_async(
     cfg: RunConfig,
     env: Any,
     probe: Any,
@@ -345,19 +432,17 @@ def _evaluate(
         where = folder if split == cfg.env.eval_split else folder / split
         episodes = []
         for _, batch, factory in task_batches(tasks, env, seed=cfg.trainer.seed):
-            groups = asyncio.run(
-                run_groups(
-                    factory,
-                    batch,
-                    policy,
-                    cfg.rollout,
-                    group_size=1,
-                    seed=10**6 + step,
-                    writer=EpisodeWriter(where, step),
-                    done=_done_episodes(where, step),
-                    on_episode=bars.advance,
-                    score=reward,
-                )
+            groups = await run_groups(
+                factory,
+                batch,
+                policy,
+                cfg.rollout,
+                group_size=1,
+                seed=10**6 + step,
+                writer=EpisodeWriter(where, step),
+                done=_done_episodes(where, step),
+                on_episode=bars.advance,
+                score=reward,
             )
             episodes += [g[0] for g in groups]
         m.update(eval_metrics(episodes, split, lookup))

@@ -58,6 +58,14 @@ def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     m: dict[str, float] = {
         "success_rate": sum(r.succeeded for r in rewards) / n,
         "evaluator_error_rate": sum(r.error is not None for r in rewards) / n,
+        # the policy's own failures: a healthy environment, a decided reward, not a success
+        # (timeouts and outages are the environment's: `rollout/timeout_rate`, `.../infra_...`)
+        "policy_failure_rate": sum(
+            owner(e) is Attribution.POLICY and e.reward.decided and not e.reward.succeeded
+            for e in episodes
+            if e.reward is not None
+        )
+        / n,
         "ineligible_episodes": float(sum(not gradient_eligible(e) for e in episodes)),
     }
     names = list(dict.fromkeys(c.name for r in rewards for c in r.components))

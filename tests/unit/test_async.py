@@ -1,0 +1,206 @@
+"""Asynchronous training: the staleness bound holds, every turn carries the version that
+sampled it, stale samples are dropped and counted, the learning rate slows with staleness,
+and timeouts are kept apart from failures."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+
+import pytest
+import torch
+
+from tests.scripts import scripted_policy
+from tracerl.algos.staleness import staleness_factor, staleness_scales
+from tracerl.config import StalenessLR
+from tracerl.envs import SlowTools, get_parser, make
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.groups import episode_member, rollout_metrics, run_groups
+from tracerl.train.async_loop import AsyncSettings, episode_versions, train_async
+from tracerl.train.grpo import GRPOConfig, training_rewards
+from tracerl.train.learner import Learner, LearnerConfig
+from tracerl.train.metrics import scored_metrics
+
+ROLLOUT = RolloutConfig(budgets=Budgets(steps=6), reserve=None)
+
+
+def _reward(e):
+    return float(episode_member(e.episode_id) % 2 == 0)  # a group always has a spread
+
+
+def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done=None, tool_ms=30):
+    tasks = make("refund_desk").sample_tasks(8)
+    policy = scripted_policy(tiny.renderer, tasks)
+    policy.sampler.policy_version = start_version
+    learner = Learner(copy.deepcopy(tiny.model), LearnerConfig(lr=1e-6))
+    update = learner.update
+
+    def slow(*args, **kwargs):  # a learner slower than a tool call, so turns straddle it
+        time.sleep(slow_update_s)
+        return update(*args, **kwargs)
+
+    learner.update = slow
+    seen = []
+
+    async def after(step, m, episodes):
+        seen.append((step, policy.sampler.policy_version, m, episodes))
+        return True
+
+    def batch(b):
+        return [tasks[(2 * b) % 8], tasks[(2 * b + 1) % 8]]
+
+    asyncio.run(
+        train_async(
+            lambda: SlowTools(make("refund_desk"), median_ms=tool_ms, tail=3, seed=1),
+            batch,
+            policy,
+            learner,
+            _reward,
+            GRPOConfig(group_size=4, rollout=ROLLOUT),
+            AsyncSettings(steps, 0, max_staleness, StalenessLR()),
+            writer=lambda b: None,
+            done=done or (lambda b: {}),
+            after_step=after,
+        )
+    )
+    return seen, policy, tasks, batch
+
+
+def test_the_staleness_bound_holds_and_every_turn_carries_its_version(tiny):
+    seen, *_ = _run(tiny, steps=6, max_staleness=1, slow_update_s=0.2, tool_ms=250)
+    assert [s for s, *_ in seen] == list(range(6))
+    for step, version_after, m, episodes in seen:
+        assert version_after == step + 1  # one version per update
+        assert len(episodes) == 2 * 4
+        for e in episodes:  # trained at version `step`: no token older than step - 1
+            assert min(episode_versions(e)) >= step - 1, (step, episode_versions(e))
+            assert e.receipt.rollout["weight_sync"] == "between_turns"
+        assert m["async/staleness_max"] <= 1
+        assert m["async/lr_effective"] == pytest.approx(1e-6 * m["async/lr_scale"])
+        fresh = m["async/staleness_max"] == 0
+        assert m["async/lr_scale"] == 1.0 if fresh else m["async/lr_scale"] < 1.0
+    # turns of one episode sampled on both sides of an update carry both versions
+    spanning = [e for *_, eps in seen for e in eps if len(set(episode_versions(e))) > 1]
+    assert spanning, "no episode straddled an update"
+    stale = [m["async/staleness_mean"] for *_, m, _ in seen]
+    assert max(stale) > 0  # the learner did train on samples of an older version
+
+
+def test_stale_samples_are_dropped_counted_and_never_trained_on(tiny):
+    # batch 0's episodes were sampled (before a crash, say) by version 0; the learner is at 5
+    tasks = make("refund_desk").sample_tasks(8)
+    old = scripted_policy(tiny.renderer, tasks)
+    groups = asyncio.run(
+        run_groups("refund_desk", tasks[:2], old, ROLLOUT, group_size=4, seed=0, score=_reward)
+    )
+    on_disk = {e.episode_id: e for g in groups for e in g}
+    seen, *_ = _run(
+        tiny,
+        steps=2,
+        max_staleness=1,
+        start_version=5,
+        done=lambda b: on_disk if b == 0 else {},
+    )
+    trained = {e.episode_id for *_, eps in seen for e in eps}
+    assert not trained & set(on_disk), "a stale episode was trained on"
+    assert seen[0][2]["async/dropped_stale"] == 8.0  # both of batch 0's groups, counted
+    assert seen[-1][2]["async/dropped_stale_total"] == 8.0
+    assert all(len(eps) == 8 for *_, eps in seen)  # replaced by fresh groups
+    assert all(min(episode_versions(e)) >= 5 for *_, eps in seen for e in eps)
+
+
+def test_staleness_schedules_and_their_split_into_lr_and_weights():
+    assert staleness_factor(0) == 1.0
+    assert staleness_factor(2, "inverse", alpha=0.5) == pytest.approx(0.5)
+    assert staleness_factor(3, "exponential", gamma=0.5) == pytest.approx(0.125)
+    assert staleness_factor(7, "off") == 1.0
+    scale, weights = staleness_scales([0, 2], "inverse", alpha=0.5)
+    assert scale == pytest.approx(0.75) and sum(weights) / 2 == pytest.approx(1.0)
+    assert weights[0] / weights[1] == pytest.approx(2.0)  # the fresh sample counts double
+    with pytest.raises(ValueError, match="unknown staleness schedule"):
+        staleness_factor(1, "linear")
+
+
+def test_a_learning_rate_scale_slows_the_step_where_a_loss_weight_cannot(tiny):
+    """AdamW normalises the gradient's scale away: halving every advantage moves the
+    weights as far as before, halving the learning rate halves the move."""
+    from tracerl.rollout import ScriptedSampler
+    from tracerl.rollout.runner import Policy, run_episode
+
+    policy = Policy(
+        ScriptedSampler.from_texts(tiny.renderer, lambda r: "Answer 4.", logprob=-0.7),
+        tiny.renderer,
+        get_parser("json_list"),
+        "t",
+    )
+    task = make("refund_desk").sample_tasks(1)[0]
+    traj = asyncio.run(run_episode(make("refund_desk"), task, policy, ROLLOUT)).trajectories
+
+    def moved(advantage, lr_scale):
+        model = copy.deepcopy(tiny.model)
+        before = [p.detach().clone() for p in model.parameters()]
+        Learner(model, LearnerConfig(lr=1e-3)).update(traj, [advantage], lr_scale=lr_scale)
+        return sum(
+            float((p - b).abs().sum()) for p, b in zip(model.parameters(), before, strict=True)
+        )
+
+    base = moved(1.0, 1.0)
+    assert moved(0.5, 1.0) == pytest.approx(base, rel=0.05)  # a loss weight: no effect
+    assert moved(1.0, 0.5) == pytest.approx(base / 2, rel=0.05)  # the lr scale: half
+
+
+def test_timeouts_are_excluded_or_clamped_and_never_counted_as_policy_failures(tiny):
+    tasks = make("refund_desk").sample_tasks(2)
+    policy = scripted_policy(tiny.renderer, tasks)
+    timed = ROLLOUT.model_copy(update={"budgets": Budgets(steps=6, wall_time_s=0.02)})
+    groups = asyncio.run(
+        run_groups(
+            lambda: SlowTools(make("refund_desk"), median_ms=60, tail=1, seed=0),
+            tasks,
+            policy,
+            timed,
+            group_size=2,
+            score=lambda e: 0.7,
+        )
+    )
+    episodes = [e for g in groups for e in g]
+    assert {e.stop_reason.value for e in episodes} == {"timeout"}
+    _, eligible = training_rewards(episodes, GRPOConfig(timeouts="exclude"))
+    assert not any(eligible)
+    rewards, eligible = training_rewards(
+        episodes, GRPOConfig(timeouts="grade", timeout_reward_cap=0.25)
+    )
+    assert all(eligible) and rewards == [0.25] * len(episodes)
+    m = rollout_metrics(episodes)
+    assert m["rollout/timeout_rate"] == 1.0 and m["rollout/infra_failure_rate"] == 0.0
+    assert scored_metrics(episodes)["policy_failure_rate"] == 0.0
+
+
+def test_learner_weights_lock_is_taken_for_the_optimizer_step(tiny):
+    import threading
+
+    learner = Learner(copy.deepcopy(tiny.model), LearnerConfig(lr=1e-3))
+    lock, held, bumped = threading.Lock(), [], []
+
+    class Watch:
+        def __enter__(self):
+            lock.acquire()
+            held.append(True)
+
+        def __exit__(self, *exc):
+            lock.release()
+
+    learner.weights_lock = Watch()
+    learner.after_update = lambda: bumped.append(lock.locked())
+    ids = torch.randint(0, 100, (1, 8)).tolist()[0]
+    from tracerl.types import Segment, Source, Trajectory
+
+    t = Trajectory(
+        segments=(
+            Segment(Source.PROMPT, ids[:4]),
+            Segment(Source.POLICY, ids[4:], logprobs=[-1.0] * 4),
+        )
+    )
+    learner.update([t], [1.0])
+    assert held == [True] and bumped == [True]  # the version bump happens under the lock
