@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from tracerl.config import StalenessLR
 from tracerl.envs import SlowTools, get_parser, make
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import episode_member, rollout_metrics, run_groups
+from tracerl.rollout.persist import read_run_trajectories
 from tracerl.train.async_loop import AsyncSettings, episode_versions, train_async
 from tracerl.train.grpo import GRPOConfig, training_rewards
 from tracerl.train.learner import Learner, LearnerConfig
@@ -204,3 +206,26 @@ def test_learner_weights_lock_is_taken_for_the_optimizer_step(tiny):
     )
     learner.update([t], [1.0])
     assert held == [True] and bumped == [True]  # the version bump happens under the lock
+
+
+def test_tracerl_train_async_writes_staleness_and_effective_lr_curves(tmp_path):
+    from typer.testing import CliRunner
+
+    from tracerl.cli import app
+    from tracerl.report.html import ASYNC_CURVES, CURVES
+
+    args = ["configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", "trainer.steps=6"]
+    out = CliRunner().invoke(
+        app, ["train", *args, "env.eval_tasks=4", "trainer.mode=async", "trainer.max_staleness=2"]
+    )
+    assert out.exit_code == 0, out.output
+    run = tmp_path / "learn-arithmetic"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["phase"] == "train"]
+    assert [r["step"] for r in train] == list(range(6))
+    assert all(r["async/staleness_max"] <= 2 for r in train)
+    assert [r["train/policy_version"] for r in train] == [float(s + 1) for s in range(6)]
+    html = (run / "report" / "index.html").read_text()
+    assert all(f'data-curve="{c}"' in html for c in (*CURVES, *ASYNC_CURVES))
+    receipts = [t.receipt for _, t in read_run_trajectories(run)]
+    assert receipts and all(r["rollout"]["weight_sync"] == "between_turns" for r in receipts)

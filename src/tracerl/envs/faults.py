@@ -171,8 +171,20 @@ class SlowTools(FaultInjector):
     calls are ten times its typical ones), seeded per episode like the faults. For
     benchmarks of overlapping rollouts with training."""
 
-    def __init__(self, env: Env, *, median_ms: float = 100.0, tail: float = 10.0, seed: int = 0):
+    def __init__(
+        self,
+        env: Env,
+        *,
+        median_ms: float = 100.0,
+        tail: float = 10.0,
+        seed: int = 0,
+        answers_too: bool = False,
+        reset_too: bool = False,
+    ):
+        """`answers_too`: the final answer's step is slow as well (a grading service);
+        `reset_too`: so is the start of each episode (a sandbox being provisioned)."""
         super().__init__(env, rate=0.0, seed=seed)
+        self.answers_too, self.reset_too = answers_too, reset_too
         if median_ms <= 0 or tail < 1:
             raise ValueError(
                 f"SlowTools: need median_ms > 0 and tail >= 1, got {median_ms}, {tail}"
@@ -180,16 +192,26 @@ class SlowTools(FaultInjector):
         self.median_ms = median_ms
         self.sigma = math.log(tail) / 1.6449  # z of the 95th percentile
 
+    async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
+        messages = await super().reset(task, seed)  # seeds this episode's draws
+        if self.reset_too:
+            await self._delay()
+        return messages
+
+    async def _delay(self) -> float:
+        delay_ms = self.median_ms * math.exp(self.sigma * self.rng.gauss(0.0, 1.0))
+        self._log("latency", delay_ms=delay_ms, fault=False)
+        await asyncio.sleep(delay_ms / 1000)
+        return delay_ms
+
     def describe(self) -> dict[str, Any]:
         return {"slow_tools": {"median_ms": self.median_ms, "sigma": self.sigma, "seed": self.seed}}
 
     async def step(self, action: Action) -> StepResult:
         self._steps += 1
-        if not action.tool_calls:
+        if not action.tool_calls and not self.answers_too:
             return await self.env.step(action)
-        delay_ms = self.median_ms * math.exp(self.sigma * self.rng.gauss(0.0, 1.0))
-        self._log("latency", delay_ms=delay_ms, fault=False)
-        await asyncio.sleep(delay_ms / 1000)
+        delay_ms = await self._delay()
         result = await self.env.step(action)
         for c in result.calls:
             c.result.latency_ms += delay_ms

@@ -75,8 +75,10 @@ class AsyncSettings:
 class _State:
     version_steps: int  # learner steps finished (absolute step index of the next update)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    dropped_stale: int = 0
-    owed: int = 0  # groups dropped as stale and not yet replaced by an extra batch
+    dropped_stale: int = 0  # episodes
+    dropped_groups: int = 0
+    started_groups: int = 0
+    in_flight: int = 0  # groups started and not yet in the buffer
 
 
 async def train_async(
@@ -176,20 +178,29 @@ async def _produce(
             score=reward_fn,
         )
         await buffer.put(episodes)
+        async with state.changed:
+            state.in_flight -= 1
+            state.changed.notify_all()
+
+    needed = (settings.steps - settings.start) * len(batch_tasks(settings.start))
+
+    def may_start(b: int) -> bool:
+        if state.started_groups >= needed + state.dropped_groups:
+            return False  # every group the learner will need has started
+        if b - state.version_steps <= settings.max_staleness:
+            return True  # within the staleness window
+        # a starved learner (groups dropped as stale, nothing left in flight or waiting)
+        # lets the next batch start now: it samples at the current version, so it is fresh
+        return state.in_flight == 0 and buffer.empty()
 
     try:
-        # the planned batches, then as many extra ones as dropped (stale) groups need
+        # the planned batches, then as many more as groups dropped as stale need
         for b in itertools.count(settings.start):
-
-            def planned(b: int = b) -> bool:  # admission: no batch starts that would be stale
-                return b < settings.steps and b - state.version_steps <= settings.max_staleness
-
+            size = len(batch_tasks(b))
             async with state.changed:
-                # a starved learner (groups dropped as stale) lets the next batch start now:
-                # it samples at the current version, so it is fresh
-                await state.changed.wait_for(lambda planned=planned: planned() or state.owed > 0)
-                if not planned():
-                    state.owed -= len(batch_tasks(b))
+                await state.changed.wait_for(lambda b=b: may_start(b))
+                state.started_groups += size
+                state.in_flight += size
             w, reuse = writer(b), done(b)
             for i, task in enumerate(batch_tasks(b)):
                 t = asyncio.create_task(group(b, i, task, w, reuse))
@@ -231,7 +242,7 @@ async def _consume_step(
         if s > settings.max_staleness:
             dropped += len(group)
             async with state.changed:  # a replacement may start
-                state.owed += 1
+                state.dropped_groups += 1
                 state.changed.notify_all()
             continue
         taken.append(group)
