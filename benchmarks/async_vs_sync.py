@@ -3,8 +3,8 @@
 Run: .venv/bin/python benchmarks/async_vs_sync.py [--steps 40] [--median-ms 100] [--tail 10]
 
 The task is `configs/learn-arithmetic.yaml`'s (a fresh tiny random model learns
-single-digit sums; 4 tasks x 32 samples per step), with every environment step, the answer's
-start included (a sandbox being provisioned), delayed by a log-normal draw (`SlowTools`: median --median-ms, 95th
+single-digit sums; 4 tasks x 32 samples per step), with the start of every episode (a sandbox
+being provisioned) delayed by a log-normal draw (`SlowTools`: median --median-ms, 95th
 percentile --tail times the median). The same model initialisation, tasks and number of
 trained episodes (--steps x 128) for each side, measured in one process:
 
@@ -128,7 +128,8 @@ def main() -> None:
         results[f"async s={s}"] = side("async", s, args)
     base = results["sync"]["episodes_per_s"]
     print(
-        f"{'side':<12}{'episodes/s':>12}{'ratio':>8}{'idle':>8}{'reward first->last':>22}{'wall s':>9}"
+        f"{'side':<12}{'episodes/s':>12}{'ratio':>8}{'idle':>8}{'reward first->last':>22}"
+        f"{'wall s':>9}{'update s':>10}"
     )
     for name, r in results.items():
         print(

@@ -64,6 +64,8 @@ def _fmt(v: float, percent: bool = False) -> str:
         return f"{100 * v:.0f}%" if abs(v) >= 0.1 or v == 0 else f"{100 * v:.1f}%"
     if v == 0:
         return "0"
+    if abs(v) < 1e-3:  # learning rates
+        return f"{v:.2g}"
     if abs(v) >= 100:
         return f"{v:.0f}"
     if abs(v) >= 1:
