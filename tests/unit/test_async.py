@@ -31,9 +31,30 @@ def _reward(e):
     return float(episode_member(e.episode_id) % 2 == 0)  # a group always has a spread
 
 
+class WaitsForAnUpdate(SlowTools):
+    """Episodes of one task hold their first tool call until the learner has updated (at
+    most 5 s): their later turns are then sampled by a newer policy, for certain."""
+
+    def __init__(self, sampler, waiting_task, **kw):
+        super().__init__(make("refund_desk"), **kw)
+        self.sampler, self.waiting_task, self.waited = sampler, waiting_task, False
+
+    async def reset(self, task, seed):
+        self.task = task
+        return await super().reset(task, seed)
+
+    async def step(self, action):
+        if self.task["id"] == self.waiting_task and not self.waited:
+            self.waited, v0, t0 = True, self.sampler.policy_version, time.monotonic()
+            while self.sampler.policy_version == v0 and time.monotonic() - t0 < 5:
+                await asyncio.sleep(0.01)
+        return await super().step(action)
+
+
 def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done=None, tool_ms=30):
     tasks = make("refund_desk").sample_tasks(8)
     policy = scripted_policy(tiny.renderer, tasks)
+    finished = []
     policy.sampler.policy_version = start_version
     learner = Learner(copy.deepcopy(tiny.model), LearnerConfig(lr=1e-6))
     update = learner.update
@@ -52,9 +73,12 @@ def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done
     def batch(b):
         return [tasks[(2 * b) % 8], tasks[(2 * b + 1) % 8]]
 
+    def env():
+        return WaitsForAnUpdate(policy.sampler, tasks[1]["id"], median_ms=tool_ms, tail=3, seed=1)
+
     asyncio.run(
         train_async(
-            lambda: SlowTools(make("refund_desk"), median_ms=tool_ms, tail=3, seed=1),
+            env,
             batch,
             policy,
             learner,
@@ -64,13 +88,14 @@ def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done
             writer=lambda b: None,
             done=done or (lambda b: {}),
             after_step=after,
+            on_episode=finished.append,
         )
     )
-    return seen, policy, tasks, batch
+    return seen, policy, finished
 
 
 def test_the_staleness_bound_holds_and_every_turn_carries_its_version(tiny):
-    seen, *_ = _run(tiny, steps=6, max_staleness=1, slow_update_s=0.2, tool_ms=250)
+    seen, _, finished = _run(tiny, steps=6, max_staleness=1, slow_update_s=0.2, tool_ms=100)
     assert [s for s, *_ in seen] == list(range(6))
     for step, version_after, m, episodes in seen:
         assert version_after == step + 1  # one version per update
@@ -83,8 +108,9 @@ def test_the_staleness_bound_holds_and_every_turn_carries_its_version(tiny):
         fresh = m["async/staleness_max"] == 0
         assert m["async/lr_scale"] == 1.0 if fresh else m["async/lr_scale"] < 1.0
     # turns of one episode sampled on both sides of an update carry both versions
-    spanning = [e for *_, eps in seen for e in eps if len(set(episode_versions(e))) > 1]
+    spanning = [e for e in finished if len(set(episode_versions(e))) > 1]
     assert spanning, "no episode straddled an update"
+    assert all(v[0] < v[-1] for v in map(episode_versions, spanning))  # in turn order
     stale = [m["async/staleness_mean"] for *_, m, _ in seen]
     assert max(stale) > 0  # the learner did train on samples of an older version
 

@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tracerl.jsonl import check_tail, complete_members_text, dumps, parse_lines
 from tracerl.types import Trajectory
@@ -80,3 +81,18 @@ def read_run_trajectories(run_dir: str | os.PathLike[str]) -> Iterator[tuple[Pat
     for path in iter_episode_files(run_dir):
         for t in read_step_file(path):
             yield path, t
+
+
+def done_episodes(run_dir: str | os.PathLike[str], step: int) -> dict[str, Any]:
+    """The episodes already in step `step`'s file, by id (after a crash: reused, not re-run).
+    Reads that one file only, not the whole run."""
+    from tracerl.rollout.episode import episode_from_trajectories
+
+    path = step_file(run_dir, step)
+    if not path.exists():
+        return {}
+    by_id: dict[str, list[Trajectory]] = {}
+    for t in read_step_file(path):
+        if t.episode_id:
+            by_id.setdefault(t.episode_id, []).append(t)
+    return {k: episode_from_trajectories(v) for k, v in by_id.items()}

@@ -30,21 +30,20 @@ from typing import Any
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
 from tracerl.envs import get_parser, make
-from tracerl.evaluate import task_batches
 from tracerl.report.progress import QuietProgress
 from tracerl.report.run import metric_rows
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
-from tracerl.rollout.episode import ScoreFn, episode_from_trajectories
-from tracerl.rollout.groups import run_groups
-from tracerl.rollout.persist import EpisodeWriter, read_step_file, step_file
+from tracerl.rollout.episode import ScoreFn
+from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
-from tracerl.train.metrics import citation_metrics, eval_metrics
+from tracerl.train.metrics import citation_metrics
 from tracerl.train.warm_start import warm_start
 from tracerl.types import RewardBreakdown
 
@@ -75,17 +74,6 @@ def reward_function(cfg: RunConfig, probe: Any) -> ScoreFn:
         return compose(spec, RewardContext.from_trajectories(e.trajectories, lookup))
 
     return search
-
-
-def _done_episodes(run_dir: Path, step: int) -> dict[str, Episode]:
-    path = step_file(run_dir, step)
-    if not path.exists():
-        return {}
-    by_id: dict[str, list[Any]] = {}
-    for t in read_step_file(path):  # this step's file only, not the whole run
-        if t.episode_id:
-            by_id.setdefault(t.episode_id, []).append(t)
-    return {k: episode_from_trajectories(v) for k, v in by_id.items()}
 
 
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
@@ -199,7 +187,7 @@ def _train(
             _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
-        final = _evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "baseline")
+        final = evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "baseline")
         if cfg.warm_start is not None:
             final = _warm_start(cfg, bundle, env, probe, policy, reward, sink, bars)
             sampler.policy_version += 1
@@ -213,7 +201,7 @@ def _train(
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
         if start >= t.steps and not _has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
-            final = _evaluate(cfg, env, probe, policy, reward, sink, t.steps, bars)
+            final = evaluate(cfg, env, probe, policy, reward, sink, t.steps, bars)
     grpo = GRPOConfig(
         group_size=t.group_size,
         advantage=t.advantage,
@@ -289,13 +277,13 @@ def _train(
                 grpo,
                 step=step,
                 writer=EpisodeWriter(run_dir, step),
-                done=_done_episodes(run_dir, step),
+                done=done_episodes(run_dir, step),
                 on_episode=bars.advance,
             )
             if not record(step, m, episodes, t0):
                 return final
             if evaluate_after(step):
-                final = _evaluate(cfg, env, probe, policy, reward, sink, step + 1, bars)
+                final = evaluate(cfg, env, probe, policy, reward, sink, step + 1, bars)
     finally:
         stop.restore()
     return final
@@ -327,7 +315,7 @@ async def _train_async(
         nonlocal final
         go = record(step, m, episodes, last[0])
         if go and evaluate_after(step):
-            final = await _evaluate_async(cfg, env, probe, policy, reward, sink, step + 1, bars)
+            final = await evaluate_async(cfg, env, probe, policy, reward, sink, step + 1, bars)
         last[0] = time.perf_counter()
         return go
 
@@ -340,7 +328,7 @@ async def _train_async(
         grpo,
         AsyncSettings(t.steps, start, t.max_staleness, t.staleness_lr),
         writer=lambda b: EpisodeWriter(run_dir, b),
-        done=lambda b: _done_episodes(run_dir, b),
+        done=lambda b: done_episodes(run_dir, b),
         after_step=after,
         on_episode=bars.advance,
     )
@@ -389,7 +377,7 @@ def _warm_start(
         lr=ws.lr,
         epochs=ws.epochs,
         micro_batch_tokens=cfg.trainer.micro_batch_tokens,
-        done=_done_episodes(run_dir / "warm_start", 0),
+        done=done_episodes(run_dir / "warm_start", 0),
         progress=bars,
     )
     sink.log({"step": 0, "phase": "warm_start", **m})
@@ -398,55 +386,4 @@ def _warm_start(
         f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
         f"{m['time/warm_start_s']:.1f} s"
     )
-    return _evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start")
-
-
-def _evaluate(*args: Any, **kwargs: Any) -> dict[str, float]:
-    return asyncio.run(_evaluate_async(*args, **kwargs))
-
-
-async def _evaluate_async(
-    cfg: RunConfig,
-    env: Any,
-    probe: Any,
-    policy: Policy,
-    reward: Any,
-    sink: MetricsLog,
-    step: int,
-    bars: QuietProgress,
-    stage: str = "train",
-) -> dict[str, float]:
-    """The eval split's success at this point: ``stage`` is ``baseline`` (the model as
-    loaded), ``warm_start`` (after the warm start) or ``train`` (after `step` RL steps).
-    Episodes already written for this evaluation (before a crash) are reused."""
-    run_dir = cfg.run_dir
-    folder = run_dir / "eval" / stage if stage == "warm_start" else run_dir / "eval"
-    lookup = getattr(probe, "document", None)
-    m: dict[str, float] = {}
-    splits = [(cfg.env.eval_split, cfg.env.eval_tasks)]
-    if cfg.env.adversarial_eval_tasks:
-        splits.append(("adversarial", cfg.env.adversarial_eval_tasks))
-    for split, n in splits:
-        tasks = probe.sample_tasks(n, seed=cfg.trainer.seed, split=split)
-        bars.phase(f"eval {split} ({stage} {step})", len(tasks))
-        where = folder if split == cfg.env.eval_split else folder / split
-        episodes = []
-        for _, batch, factory in task_batches(tasks, env, seed=cfg.trainer.seed):
-            groups = await run_groups(
-                factory,
-                batch,
-                policy,
-                cfg.rollout,
-                group_size=1,
-                seed=10**6 + step,
-                writer=EpisodeWriter(where, step),
-                done=_done_episodes(where, step),
-                on_episode=bars.advance,
-                score=reward,
-            )
-            episodes += [g[0] for g in groups]
-        m.update(eval_metrics(episodes, split, lookup))
-    sink.log({"step": step, "phase": "eval", "stage": stage, **m})
-    split = cfg.env.eval_split
-    bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
-    return m
+    return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start")

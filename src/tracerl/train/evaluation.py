@@ -1,0 +1,68 @@
+"""The run's evaluations: held-out success (and each adversarial trap kind) at a stage of
+training, written to the run directory and logged through the metrics sinks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tracerl.config import RunConfig
+from tracerl.evaluate import task_batches
+from tracerl.report.progress import QuietProgress
+from tracerl.report.sinks import MetricsLog
+from tracerl.rollout.groups import run_groups
+from tracerl.rollout.persist import EpisodeWriter, done_episodes
+from tracerl.rollout.runner import Policy
+from tracerl.train.metrics import eval_metrics
+
+
+def evaluate(*args: Any, **kwargs: Any) -> dict[str, float]:
+    """`evaluate_async` in an event loop of its own (synchronous training)."""
+    return asyncio.run(evaluate_async(*args, **kwargs))
+
+
+async def evaluate_async(
+    cfg: RunConfig,
+    env: Any,
+    probe: Any,
+    policy: Policy,
+    reward: Any,
+    sink: MetricsLog,
+    step: int,
+    bars: QuietProgress,
+    stage: str = "train",
+) -> dict[str, float]:
+    """The eval split's success at this point: ``stage`` is ``baseline`` (the model as
+    loaded), ``warm_start`` (after the warm start) or ``train`` (after `step` RL steps).
+    Episodes already written for this evaluation (before a crash) are reused."""
+    run_dir = cfg.run_dir
+    folder = run_dir / "eval" / stage if stage == "warm_start" else run_dir / "eval"
+    lookup = getattr(probe, "document", None)
+    m: dict[str, float] = {}
+    splits = [(cfg.env.eval_split, cfg.env.eval_tasks)]
+    if cfg.env.adversarial_eval_tasks:
+        splits.append(("adversarial", cfg.env.adversarial_eval_tasks))
+    for split, n in splits:
+        tasks = probe.sample_tasks(n, seed=cfg.trainer.seed, split=split)
+        bars.phase(f"eval {split} ({stage} {step})", len(tasks))
+        where = folder if split == cfg.env.eval_split else folder / split
+        episodes = []
+        for _, batch, factory in task_batches(tasks, env, seed=cfg.trainer.seed):
+            groups = await run_groups(
+                factory,
+                batch,
+                policy,
+                cfg.rollout,
+                group_size=1,
+                seed=10**6 + step,
+                writer=EpisodeWriter(where, step),
+                done=done_episodes(where, step),
+                on_episode=bars.advance,
+                score=reward,
+            )
+            episodes += [g[0] for g in groups]
+        m.update(eval_metrics(episodes, split, lookup))
+    sink.log({"step": step, "phase": "eval", "stage": stage, **m})
+    split = cfg.env.eval_split
+    bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
+    return m
