@@ -182,11 +182,9 @@ async def _produce(
             state.in_flight -= 1
             state.changed.notify_all()
 
-    needed = (settings.steps - settings.start) * len(batch_tasks(settings.start))
-
     def may_start(b: int) -> bool:
-        if state.started_groups >= needed + state.dropped_groups:
-            return False  # every group the learner will need has started
+        # the window stays full to the end (its last batches may go untrained): capping
+        # production at the groups the learner needs would make one slow group stall it
         if b - state.version_steps <= settings.max_staleness:
             return True  # within the staleness window
         # a starved learner (groups dropped as stale, nothing left in flight or waiting)
@@ -194,7 +192,7 @@ async def _produce(
         return state.in_flight == 0 and buffer.empty()
 
     try:
-        # the planned batches, then as many more as groups dropped as stale need
+        # batches in order, each as soon as the staleness window (or a starved learner) allows
         for b in itertools.count(settings.start):
             size = len(batch_tasks(b))
             async with state.changed:
