@@ -76,8 +76,6 @@ class _State:
     version_steps: int  # learner steps finished (absolute step index of the next update)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     dropped_stale: int = 0  # episodes
-    dropped_groups: int = 0
-    started_groups: int = 0
     in_flight: int = 0  # groups started and not yet in the buffer
 
 
@@ -158,7 +156,8 @@ async def _produce(
     done: Callable[[int], dict[str, Episode]],
     on_episode: Callable[[Episode], None] | None,
 ) -> None:
-    """Batches in order, each started as soon as the staleness bound allows."""
+    """Batches in order, each started as soon as the staleness window allows; it runs until
+    the consumer cancels it."""
     limit = asyncio.Semaphore(grpo.max_concurrent_episodes)
     running: set[asyncio.Task[None]] = set()
 
@@ -197,14 +196,12 @@ async def _produce(
             size = len(batch_tasks(b))
             async with state.changed:
                 await state.changed.wait_for(lambda b=b: may_start(b))
-                state.started_groups += size
                 state.in_flight += size
             w, reuse = writer(b), done(b)
             for i, task in enumerate(batch_tasks(b)):
                 t = asyncio.create_task(group(b, i, task, w, reuse))
                 running.add(t)
                 t.add_done_callback(running.discard)
-        await asyncio.gather(*running)
     finally:
         for t in list(running):
             t.cancel()
@@ -239,12 +236,13 @@ async def _consume_step(
         s = staleness_of(group, sampler.policy_version)
         if s > settings.max_staleness:
             dropped += len(group)
-            async with state.changed:  # a replacement may start
-                state.dropped_groups += 1
+            async with state.changed:  # a starved learner may let the next batch start
                 state.changed.notify_all()
             continue
         taken.append(group)
-        staleness += [s] * len(group)
+        # the group is kept or dropped whole (GRPO compares its members); each episode's
+        # own staleness (its oldest token's) weights it
+        staleness += [staleness_of([e], sampler.policy_version) for e in group]
     waited = time.perf_counter() - t0
     cfg = settings.staleness_lr
     scale, weights = staleness_scales(
