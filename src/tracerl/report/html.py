@@ -193,6 +193,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     episodes_html = sections.episode_links(d, tri, linked)
     triage_html = sections.triage_table(tri, linked)
     config = yaml.safe_dump(d.config, sort_keys=False) if d.config else "(no config.yaml)"
+    async_curves = _async_curves(d)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = (
         f"<h1>tracerl run: {esc(d.run_dir.name)}</h1>"
@@ -203,10 +204,8 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         + "".join(_curves(d))
         + "</div>"
         + (
-            '<h2>Asynchronous training</h2><div class="grid2">'
-            + "".join(_async_curves(d))
-            + "</div>"
-            if _async_curves(d)
+            '<h2>Asynchronous training</h2><div class="grid2">' + "".join(async_curves) + "</div>"
+            if async_curves
             else ""
         )
         + "<h2>Whose fault: attribution</h2>"

@@ -170,48 +170,48 @@ def _read(path: Path) -> list[Trajectory]:
     return list(parse_lines(complete_members_text(path), path))
 
 
-def iter_episodes(run_dir: str | os.PathLike[str]) -> Iterator[EpisodeRecord]:
-    """Every episode of the run directory (see `step_files` for the order)."""
+def iter_episodes(
+    run_dir: str | os.PathLike[str], rows: list[dict[str, Any]] | None = None
+) -> Iterator[EpisodeRecord]:
+    """Every episode of the run directory (see `step_files` for the order). `rows`: its
+    metric rows, when the caller has read them already."""
     root = Path(run_dir)
-    evaluation = evaluation_only(root)
+    evaluation = evaluation_only(metric_rows(root) if rows is None else rows)
     for path in step_files(root):
         phase, stage, split, step = _origin(root, path)
+        rel = path.relative_to(root).as_posix()
         by_id: dict[str, list[Trajectory]] = {}
         for t in _read(path):
             by_id.setdefault(t.episode_id or "", []).append(t)
         for trajs in by_id.values():
             trajs.sort(key=lambda t: t.sample_index)
+            where = (phase, stage, split)
             if evaluation and phase == "train":  # `tracerl eval` writes episodes/ too
                 task = (trajs[0].receipt or {}).get("task") or {}
-                phase, stage, split = "eval", "eval", str(task.get("split", "eval"))
-            rel = path.relative_to(root).as_posix()
-            yield EpisodeRecord(trajs, phase, stage, split, step, path, rel)
+                where = ("eval", "eval", str(task.get("split", "eval")))
+            yield EpisodeRecord(trajs, *where, step, path, rel)
 
 
-def evaluation_only(run_dir: Path) -> bool:
-    """A directory written by `tracerl eval`: metric rows per split, no training phase."""
-    rows = metric_rows(run_dir)
+def evaluation_only(rows: list[dict[str, Any]]) -> bool:
+    """Metric rows written by `tracerl eval`: one per split, no training phase."""
     return bool(rows) and all("phase" not in r and "split" in r for r in rows)
 
 
 def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord:
     """An episode by id, replay id (``ro_...``) or a unique prefix of either."""
-    matches = [
-        e
-        for e in iter_episodes(run_dir)
-        if e.episode_id == episode or e.receipt.get("replay_id") == episode
-    ]
+    episodes = list(iter_episodes(run_dir))  # the run is read once
+    matches = [e for e in episodes if episode in (e.episode_id, e.receipt.get("replay_id"))]
     if not matches:
         matches = [
             e
-            for e in iter_episodes(run_dir)
+            for e in episodes
             if e.episode_id.startswith(episode)
             or str(e.receipt.get("replay_id", "")).startswith(episode)
         ]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        some = list(dict.fromkeys(e.episode_id for e in iter_episodes(run_dir)))[:5]
+        some = list(dict.fromkeys(e.episode_id for e in episodes))[:5]
         raise RunDirError(
             f"{run_dir}: no episode {episode!r}; episodes include: "
             f"{', '.join(some) or 'none (is this a run directory?)'} (all of them: "
@@ -262,7 +262,7 @@ class RunData:
             [by_step[k] for k in sorted(by_step)],
             [r for r in rows if r.get("phase") == "eval" or "split" in r],
             [r for r in rows if r.get("phase") not in ("train", "eval") and "split" not in r],
-            list(iter_episodes(root)),
+            list(iter_episodes(root, rows)),
             config if isinstance(config, dict) else {},
         )
 

@@ -13,8 +13,9 @@ episodes eligible for it):
     invalid_citation_rate      (`citation_metrics`, given the env's document lookup) citations
                                whose chain fails, over all citations of all answers
     evaluator_error_rate       episodes whose reward code crashed (never scored 0)
-    ineligible_episodes        episodes left out of the gradient (environment, evaluator or
-                               undecided), a count
+
+Episodes left out of the gradient are counted where the timeout policy is applied
+(``train/ineligible_episodes``, `tracerl.train.grpo.update_on_groups`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
             if e.reward is not None
         )
         / n,
-        "ineligible_episodes": float(sum(not gradient_eligible(e) for e in episodes)),
     }
     names = list(dict.fromkeys(c.name for r in rewards for c in r.components))
     for name in names:
