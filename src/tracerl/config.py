@@ -104,7 +104,11 @@ class TrainerConfig(_Config):
     (`tracerl.train.async_loop`); ``sync``: sample a batch, then train on it."""
     max_staleness: int = Field(1, ge=0)
     """Async: the most policy versions a trained-on token may lag the learner; older
-    samples are dropped and counted (and no new group starts that would exceed it)."""
+    samples are dropped and counted (`async/dropped_stale`), never trained on."""
+    max_outstanding_groups: int | None = Field(None, ge=1)
+    """Async: groups started and not yet trained on (running, or finished and waiting for
+    the learner). Default ``(max_staleness + 1) x`` tasks per step. More keeps a learner
+    busy that is slower than its slowest groups, at the price of groups that expire."""
     staleness_lr: StalenessLR = Field(default_factory=lambda: StalenessLR())
     timeouts: Literal["exclude", "grade"] = "exclude"
     """Episodes that ran out of wall time: left out of the gradient (``exclude``), or scored

@@ -51,7 +51,17 @@ class WaitsForAnUpdate(SlowTools):
         return await super().step(action)
 
 
-def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done=None, tool_ms=30):
+def _run(
+    tiny,
+    *,
+    steps,
+    max_staleness,
+    slow_update_s=0.0,
+    start_version=0,
+    done=None,
+    tool_ms=30,
+    waiting=True,
+):
     tasks = make("refund_desk").sample_tasks(8)
     policy = scripted_policy(tiny.renderer, tasks)
     finished = []
@@ -74,7 +84,8 @@ def _run(tiny, *, steps, max_staleness, slow_update_s=0.0, start_version=0, done
         return [tasks[(2 * b) % 8], tasks[(2 * b + 1) % 8]]
 
     def env():
-        return WaitsForAnUpdate(policy.sampler, tasks[1]["id"], median_ms=tool_ms, tail=3, seed=1)
+        waiting_task = tasks[1]["id"] if waiting else None
+        return WaitsForAnUpdate(policy.sampler, waiting_task, median_ms=tool_ms, tail=3, seed=1)
 
     asyncio.run(
         train_async(
@@ -113,6 +124,18 @@ def test_the_staleness_bound_holds_and_every_turn_carries_its_version(tiny):
     assert all(v[0] < v[-1] for v in map(episode_versions, spanning))  # in turn order
     stale = [m["async/staleness_mean"] for *_, m, _ in seen]
     assert max(stale) > 0  # the learner did train on samples of an older version
+
+
+def test_a_slow_learner_with_fast_tools_wastes_no_rollouts(tiny):
+    """The window refills only once an update is done, so the groups that refill it sample on
+    the new weights: they are fresh enough for the step after next and none expires (refilled
+    at the start of the update, they would sample on the old weights and expire a step
+    later, every step)."""
+    seen, *_ = _run(tiny, steps=6, max_staleness=1, slow_update_s=0.3, tool_ms=1, waiting=False)
+    assert [m["async/dropped_stale"] for *_, m, _ in seen] == [0.0] * 6
+    assert all(m["async/staleness_max"] <= 1 for *_, m, _ in seen)
+    # the pipeline is full: from step 1 on the learner trains on the previous version's groups
+    assert [m["async/staleness_mean"] for *_, m, _ in seen][1:] == [1.0] * 5
 
 
 def test_stale_samples_are_dropped_counted_and_never_trained_on(tiny):

@@ -1,14 +1,17 @@
 """Asynchronous GRPO: rollout workers keep sampling while the learner trains.
 
-    producer: batch b's tasks (the same draw as synchronous step b) -> one group per task,
-        all concurrently; each finished group (scored, written to episodes/step_<b>) goes
-        into a bounded buffer. Batch b starts only once the learner has finished step
-        b - 1 - max_staleness, so no group can start that would be too old.
-    consumer (the learner): for each step, take groups from the buffer in the order they
-        finish (a slow group never holds up the others), drop any whose oldest token is
-        more than `max_staleness` versions behind (counted, never trained on), weight the
-        rest by their staleness (`tracerl.algos.staleness`), and update in a worker thread
-        while the producer keeps sampling.
+    producer: groups in the order of batch b's tasks (the same draw, seeds and episode ids
+        as synchronous step b), each started as soon as fewer than
+        ``(max_staleness + 1) * groups_per_step`` groups are outstanding (running, or
+        finished and waiting for the learner). A finished group (scored, written to
+        episodes/step_<b>) goes to the learner.
+    consumer (the learner): for each step, take finished groups stalest first (the closest
+        to the bound, so the fewest expire; a slow group never holds up the others), drop any
+        whose oldest token is more than `max_staleness` versions behind (counted, never
+        trained on; its place in the window is freed at once), weight the rest by their
+        staleness (`tracerl.algos.staleness`), and update in a worker thread while the
+        producer keeps sampling. The trained groups' places are freed after the update, so
+        the groups that take them sample on the new weights.
 
 Weight sync. The sampler shares the learner's weights in-process. Each batched generation
 holds the weights lock for the whole turn, and the optimizer's step takes the same lock: a
@@ -67,16 +70,19 @@ class AsyncSettings:
     staleness_lr: Any = None
     """A `tracerl.config.StalenessLR` (None: off)."""
     seed: int = 0
-    max_buffered_groups: int | None = None
-    """Finished groups waiting for the learner (default: two steps' worth)."""
+    max_outstanding_groups: int | None = None
+    """Groups started and not yet trained on or dropped (running, or finished and waiting
+    for the learner). Default ``(max_staleness + 1) * groups_per_step``."""
 
 
 @dataclass
 class _State:
-    version_steps: int  # learner steps finished (absolute step index of the next update)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    finished: list[list[Episode]] = field(default_factory=list)  # groups for the learner
+    started: int = 0  # groups
+    consumed: int = 0  # groups dropped, or trained on and the update done
     dropped_stale: int = 0  # episodes
-    in_flight: int = 0  # groups started and not yet in the buffer
+    error: BaseException | None = None  # a group that raised: the run stops with it
 
 
 async def train_async(
@@ -101,10 +107,8 @@ async def train_async(
         grpo, rollout=grpo.rollout.model_copy(update={"weight_sync": WEIGHT_SYNC})
     )
     groups_per_step = len(batch_tasks(settings.start)) if settings.start < settings.steps else 0
-    buffer: asyncio.Queue[list[Episode]] = asyncio.Queue(
-        settings.max_buffered_groups or 2 * max(1, groups_per_step)
-    )
-    state = _State(settings.start)
+    cap = settings.max_outstanding_groups or (settings.max_staleness + 1) * groups_per_step
+    state = _State()
 
     def bump() -> None:  # under the weights lock, right after the optimizer's step
         sampler.policy_version += 1
@@ -120,7 +124,7 @@ async def train_async(
             grpo,
             settings,
             state,
-            buffer,
+            max(1, cap),
             writer,
             done,
             on_episode,
@@ -129,11 +133,8 @@ async def train_async(
     try:
         for step in range(settings.start, settings.steps):
             m, episodes = await _consume_step(
-                step, buffer, learner, grpo, settings, state, groups_per_step, sampler, producer
+                learner, grpo, settings, state, groups_per_step, sampler
             )
-            async with state.changed:
-                state.version_steps = step + 1
-                state.changed.notify_all()
             if not await after_step(step, m, episodes):
                 break
     finally:
@@ -151,57 +152,64 @@ async def _produce(
     grpo: GRPOConfig,
     settings: AsyncSettings,
     state: _State,
-    buffer: asyncio.Queue[list[Episode]],
+    cap: int,
     writer: Callable[[int], EpisodeWriter | None],
     done: Callable[[int], dict[str, Episode]],
     on_episode: Callable[[Episode], None] | None,
 ) -> None:
-    """Batches in order, each started as soon as the staleness window allows; it runs until
-    the consumer cancels it."""
+    """Groups in batch order, each started as soon as fewer than `cap` are outstanding;
+    it runs until the consumer cancels it."""
     limit = asyncio.Semaphore(grpo.max_concurrent_episodes)
     running: set[asyncio.Task[None]] = set()
 
     async def group(b: int, i: int, task: dict[str, Any], w: Any, reuse: dict) -> None:
-        episodes = await run_group(
-            env,
-            task,
-            policy,
-            grpo.rollout,
-            group_size=grpo.group_size,
-            seed=b,  # as synchronous step b: the same seeds and episode ids
-            writer=w,
-            limit=limit,
-            done=reuse,
-            index=i,
-            on_episode=on_episode,
-            score=reward_fn,
-        )
-        await buffer.put(episodes)
+        try:
+            episodes = await run_group(
+                env,
+                task,
+                policy,
+                grpo.rollout,
+                group_size=grpo.group_size,
+                seed=b,  # as synchronous step b: the same seeds and episode ids
+                writer=w,
+                limit=limit,
+                done=reuse,
+                index=i,
+                on_episode=on_episode,
+                score=reward_fn,
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the learner, which re-raises it
+            async with state.changed:
+                state.error = exc
+                state.changed.notify_all()
+            return
         async with state.changed:
-            state.in_flight -= 1
+            state.finished.append(episodes)
             state.changed.notify_all()
 
-    def may_start(b: int) -> bool:
-        # the window stays full to the end (its last batches may go untrained): capping
-        # production at the groups the learner needs would make one slow group stall it
-        if b - state.version_steps <= settings.max_staleness:
-            return True  # within the staleness window
-        # a starved learner (groups dropped as stale, nothing left in flight or waiting)
-        # lets the next batch start now: it samples at the current version, so it is fresh
-        return state.in_flight == 0 and buffer.empty()
-
     try:
-        # batches in order, each as soon as the staleness window (or a starved learner) allows
         for b in itertools.count(settings.start):
-            size = len(batch_tasks(b))
-            async with state.changed:
-                await state.changed.wait_for(lambda b=b: may_start(b))
-                state.in_flight += size
             w, reuse = writer(b), done(b)
             for i, task in enumerate(batch_tasks(b)):
+                async with state.changed:
+                    # the window stays full to the end (its last groups may go untrained):
+                    # capping production at the groups the learner needs would let one slow
+                    # group stall the last steps. Dropped groups free their place, so drops
+                    # never shrink the window.
+                    await state.changed.wait_for(lambda: state.started - state.consumed < cap)
+                    state.started += 1
                 t = asyncio.create_task(group(b, i, task, w, reuse))
                 running.add(t)
                 t.add_done_callback(running.discard)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # handed to the learner, which re-raises it
+        async with state.changed:
+            state.error = exc
+            state.changed.notify_all()
+        raise
     finally:
         for t in list(running):
             t.cancel()
@@ -210,15 +218,12 @@ async def _produce(
 
 
 async def _consume_step(
-    step: int,
-    buffer: asyncio.Queue[list[Episode]],
     learner: Learner,
     grpo: GRPOConfig,
     settings: AsyncSettings,
     state: _State,
     groups_per_step: int,
     sampler: Any,
-    producer: asyncio.Task[None],
 ) -> tuple[dict[str, float], list[Episode]]:
     """Fill one step with fresh-enough groups, then update in a worker thread."""
     t0 = time.perf_counter()
@@ -226,19 +231,18 @@ async def _consume_step(
     staleness: list[int] = []
     dropped = 0
     while len(taken) < groups_per_step:
-        get = asyncio.ensure_future(buffer.get())
-        finished, _ = await asyncio.wait({get, producer}, return_when=asyncio.FIRST_COMPLETED)
-        if get not in finished:  # the producer died: surface its error
-            get.cancel()
-            producer.result()
-            raise RuntimeError("the rollout producer stopped before the step was filled")
-        group = get.result()
-        s = staleness_of(group, sampler.policy_version)
-        if s > settings.max_staleness:
-            dropped += len(group)
-            async with state.changed:  # a starved learner may let the next batch start
+        async with state.changed:
+            await state.changed.wait_for(lambda: state.finished or state.error is not None)
+            if state.error is not None:  # a group or the producer raised
+                raise state.error
+            # the stalest finished group first: it is the closest to the bound, so fewer expire
+            group = max(state.finished, key=lambda g: staleness_of(g, sampler.policy_version))
+            state.finished.remove(group)
+            if staleness_of(group, sampler.policy_version) > settings.max_staleness:
+                state.consumed += 1  # its place in the window is free at once
                 state.changed.notify_all()
-            continue
+                dropped += len(group)
+                continue
         taken.append(group)
         # the group is kept or dropped whole (GRPO compares its members); each episode's
         # own staleness (its oldest token's) weights it
@@ -258,6 +262,12 @@ async def _consume_step(
     )
     if sampler.policy_version == version_before:  # no optimizer step ran (no eligible rows)
         sampler.policy_version += 1
+    async with state.changed:
+        # the trained groups' places are freed only now, so the groups that take them sample
+        # on the new weights (freed before the update, they would sample on the old ones and
+        # be a version staler when trained)
+        state.consumed += len(taken)
+        state.changed.notify_all()
     state.dropped_stale += dropped
     m.update(
         {
@@ -267,7 +277,7 @@ async def _consume_step(
             "async/dropped_stale_total": float(state.dropped_stale),
             "async/lr_scale": scale,
             "async/lr_effective": learner.cfg.lr * scale,
-            "async/buffered_groups": float(buffer.qsize()),
+            "async/buffered_groups": float(len(state.finished)),
             "async/learner_wait_s": waited,
             "time/update_s": time.perf_counter() - t1,
             "train/policy_version": float(sampler.policy_version),
