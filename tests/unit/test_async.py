@@ -16,10 +16,17 @@ from tests.scripts import scripted_policy
 from tracerl.algos.staleness import staleness_factor, staleness_scales
 from tracerl.config import StalenessLR
 from tracerl.envs import SlowTools, get_parser, make
+from tracerl.report.run import read_ledger
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import episode_member, rollout_metrics, run_groups
 from tracerl.rollout.persist import read_run_trajectories
-from tracerl.train.async_loop import AsyncSettings, episode_versions, train_async
+from tracerl.train.async_loop import (
+    AsyncSettings,
+    consumed_before,
+    episode_versions,
+    ledger_writer,
+    train_async,
+)
 from tracerl.train.grpo import GRPOConfig, training_rewards
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.metrics import scored_metrics
@@ -61,6 +68,9 @@ def _run(
     done=None,
     tool_ms=30,
     waiting=True,
+    start=0,
+    consumed=frozenset(),
+    ledger=None,
 ):
     tasks = make("refund_desk").sample_tasks(8)
     policy = scripted_policy(tiny.renderer, tasks)
@@ -95,11 +105,12 @@ def _run(
             learner,
             _reward,
             GRPOConfig(group_size=4, rollout=ROLLOUT),
-            AsyncSettings(steps, 0, max_staleness, StalenessLR()),
+            AsyncSettings(steps, start, max_staleness, StalenessLR(), consumed=consumed),
             writer=lambda b: None,
             done=done or (lambda b: {}),
             after_step=after,
             on_episode=finished.append,
+            ledger=ledger,
         )
     )
     return seen, policy, finished
@@ -159,6 +170,36 @@ def test_stale_samples_are_dropped_counted_and_never_trained_on(tiny):
     assert seen[-1][2]["async/dropped_stale_total"] == 8.0
     assert all(len(eps) == 8 for *_, eps in seen)  # replaced by fresh groups
     assert all(min(episode_versions(e)) >= 5 for *_, eps in seen for e in eps)
+
+
+def test_the_ledger_names_what_each_update_used_and_a_resume_never_trains_twice(tiny, tmp_path):
+    writes = ledger_writer(tmp_path)
+    seen, _, finished = _run(tiny, steps=2, max_staleness=1, slow_update_s=0.05, ledger=writes)
+    rows = read_ledger(tmp_path)
+    assert sorted(rows) == [0, 1]
+    for step, _, m, episodes in seen:
+        assert sorted(rows[step]["trained"]) == sorted(e.episode_id for e in episodes)
+        assert len(rows[step]["dropped_stale"]) == m["async/dropped_stale"]
+    # batch 0's second group waits for an update, so step 0 trained on a batch-1 group
+    ahead = [i for i in rows[0]["trained"] if ":s1:" in i]
+    assert ahead
+    # resume after step 0 (its checkpoint) with batch 1's episodes on disk: what step 0 used
+    # is not reused; the rest is, and every step is still full
+    on_disk = {e.episode_id: e for e in finished if ":s1:" in e.episode_id}
+    seen2, *_ = _run(
+        tiny,
+        steps=3,
+        max_staleness=1,
+        start=1,
+        start_version=1,
+        done=lambda b: on_disk if b == 1 else {},
+        consumed=consumed_before(tmp_path, 1),
+    )
+    again = [e.episode_id for *_, eps in seen2 for e in eps]
+    assert not set(again) & set(rows[0]["trained"]), "an episode was trained on twice"
+    assert [len(eps) for *_, eps in seen2] == [8, 8]
+    used = consumed_before(tmp_path, 1)
+    assert set(on_disk) - used <= set(again)  # batch 1's other episodes: reused and trained
 
 
 def test_staleness_schedules_and_their_split_into_lr_and_weights():
@@ -276,5 +317,13 @@ def test_tracerl_train_async_writes_staleness_and_effective_lr_curves(tmp_path):
     assert [r["train/policy_version"] for r in train] == [float(s + 1) for s in range(6)]
     html = (run / "report" / "index.html").read_text()
     assert all(f'data-curve="{c}"' in html for c in (*CURVES, *ASYNC_CURVES))
-    receipts = [t.receipt for _, t in read_run_trajectories(run)]
+    written = [t for _, t in read_run_trajectories(run)]
+    receipts = [t.receipt for t in written]
     assert receipts and all(r["rollout"]["weight_sync"] == "between_turns" for r in receipts)
+    # the ledger names what each update used; the report counts what became of the rest
+    ledger = read_ledger(run)
+    trained = [i for step in range(6) for i in ledger[step]["trained"]]
+    per_step = {len(ledger[step]["trained"]) for step in range(6)}
+    assert len(per_step) == 1 and len(trained) == len(set(trained)) == 6 * per_step.pop()
+    assert set(trained) <= {t.episode_id for t in written}
+    assert f"{len(trained)} were trained on" in html

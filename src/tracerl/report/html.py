@@ -20,7 +20,7 @@ import yaml
 
 from tracerl.report import sections
 from tracerl.report.page import esc, page, table
-from tracerl.report.run import EpisodeRecord, RunData
+from tracerl.report.run import LEDGER_FILE, EpisodeRecord, RunData
 from tracerl.report.svg import Panel, Series, line_chart
 from tracerl.report.triage import triage
 from tracerl.report.viewer import episode_page, page_name
@@ -140,6 +140,22 @@ def _curves(d: RunData) -> list[str]:
     ]
 
 
+def _async_usage(d: RunData) -> str:
+    """What became of the training episodes an asynchronous run sampled (its ledger)."""
+    if not d.ledger:
+        return ""
+    sampled = {e.episode_id for e in d.episodes if e.phase == "train"}
+    trained = {i for r in d.ledger.values() for i in r.get("trained", [])}
+    dropped = {i for r in d.ledger.values() for i in r.get("dropped_stale", [])} - trained
+    unused = sampled - trained - dropped
+    return (
+        f'<p class="sub">Of {len(sampled)} training episodes sampled, {len(trained)} were '
+        f"trained on, {len(dropped)} dropped as too stale and {len(unused)} never used "
+        "(sampled past the last step, or still waiting for the learner when the run ended); "
+        f"the run directory's <code>{LEDGER_FILE}</code> lists them by step.</p>"
+    )
+
+
 def _async_curves(d: RunData) -> list[str]:
     """With asynchronous training: how stale the trained samples were, and the learning
     rate the staleness left (`tracerl.algos.staleness`)."""
@@ -204,7 +220,11 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         + "".join(_curves(d))
         + "</div>"
         + (
-            '<h2>Asynchronous training</h2><div class="grid2">' + "".join(async_curves) + "</div>"
+            "<h2>Asynchronous training</h2>"
+            + _async_usage(d)
+            + '<div class="grid2">'
+            + "".join(async_curves)
+            + "</div>"
             if async_curves
             else ""
         )

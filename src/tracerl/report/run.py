@@ -29,6 +29,7 @@ from tracerl.jsonl import complete_members_text, parse_lines
 from tracerl.types import RewardBreakdown, Trajectory
 
 METRICS_FILE = "metrics.jsonl"
+LEDGER_FILE = "async_ledger.jsonl"
 
 
 class RunDirError(ValueError):
@@ -38,7 +39,17 @@ class RunDirError(ValueError):
 def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` (a line torn by a crash, or still being written, is
     skipped)."""
-    path = Path(run_dir) / METRICS_FILE
+    return _jsonl_rows(Path(run_dir) / METRICS_FILE)
+
+
+def read_ledger(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """An asynchronous run's ledger (``async_ledger.jsonl``), by step: which episodes each
+    update trained on (``trained``) and which it dropped as too stale (``dropped_stale``).
+    A step redone after a resume keeps its last row. Empty for a synchronous run."""
+    return {int(r["step"]): r for r in _jsonl_rows(Path(run_dir) / LEDGER_FILE) if "step" in r}
+
+
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         try:
@@ -246,6 +257,8 @@ class RunData:
     other: list[dict[str, Any]]
     episodes: list[EpisodeRecord]
     config: dict[str, Any] = field(default_factory=dict)
+    ledger: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Asynchronous runs: `read_ledger`."""
 
     @classmethod
     def load(cls, run_dir: str | os.PathLike[str]) -> RunData:
@@ -264,6 +277,7 @@ class RunData:
             [r for r in rows if r.get("phase") not in ("train", "eval") and "split" not in r],
             list(iter_episodes(root, rows)),
             config if isinstance(config, dict) else {},
+            read_ledger(root),
         )
 
     def train_points(self, key: str, scale: float = 1.0) -> list[tuple[float, float]]:

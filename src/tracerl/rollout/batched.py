@@ -130,10 +130,9 @@ class BatchedHFSampler:
 
     async def _serve(self, batch: list[Pending]) -> None:
         requests = [req for req, _ in batch]
-        version = self.policy_version
         outcomes: list[SampleResult | Exception]
         try:
-            outcomes = await asyncio.to_thread(self._generate_isolated, requests, version)
+            outcomes = await asyncio.to_thread(self._generate_isolated, requests)
         except asyncio.CancelledError:
             for _, fut in batch:
                 fut.cancel()
@@ -148,19 +147,17 @@ class BatchedHFSampler:
             else:
                 fut.set_result(out)
 
-    def _generate_isolated(
-        self, requests: list[SampleRequest], version: int
-    ) -> list[SampleResult | Exception]:
+    def _generate_isolated(self, requests: list[SampleRequest]) -> list[SampleResult | Exception]:
         """The batch's results; if it fails, each request alone, failures as exceptions."""
         try:
-            return list(self.generate_batch(requests, policy_version=version))
+            return list(self.generate_batch(requests))
         except Exception as exc:
             if len(requests) == 1:
                 return [exc]
         outcomes: list[SampleResult | Exception] = []
         for req in requests:
             try:
-                outcomes.extend(self.generate_batch([req], policy_version=version))
+                outcomes.extend(self.generate_batch([req]))
             except Exception as exc:
                 outcomes.append(exc)
         return outcomes
@@ -171,7 +168,6 @@ class BatchedHFSampler:
         """Sample every request's turn together (synchronous; one forward per decode step)."""
         import torch
 
-        version = self.policy_version if policy_version is None else policy_version
         gens = [
             self.generator if r.seed is None else torch.Generator().manual_seed(r.seed)
             for r in requests
@@ -182,6 +178,8 @@ class BatchedHFSampler:
         finish = ["length"] * n_B
         done = [False] * n_B
         with self._model_lock, torch.no_grad():
+            # read under the lock the learner's step takes: the version of these weights
+            version = self.policy_version if policy_version is None else policy_version
             self.stats.batches += 1
             self.stats.requests += n_B
             self.stats.max_batch = max(self.stats.max_batch, n_B)

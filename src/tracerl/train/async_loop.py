@@ -31,13 +31,17 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tracerl.algos.staleness import staleness_scales
-from tracerl.rollout.groups import run_group
+from tracerl.report.run import LEDGER_FILE, read_ledger
+from tracerl.rollout.groups import group_episode_id, run_group
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.grpo import GRPOConfig, RewardFn, update_on_groups
@@ -62,6 +66,35 @@ def staleness_of(group: Sequence[Episode], version: int) -> int:
     return version - min(versions) if versions else 0
 
 
+def ledger_writer(run_dir: str | os.PathLike[str]) -> Callable[[int, list, list], None]:
+    """Appends a row to the run's ``async_ledger.jsonl`` per update: the ids of the episodes
+    it trained on and of those it dropped as too stale."""
+    path = Path(run_dir) / LEDGER_FILE
+
+    def write(step: int, trained: list[Episode], dropped: list[Episode]) -> None:
+        row = {
+            "step": step,
+            "trained": [e.episode_id for e in trained],
+            "dropped_stale": [e.episode_id for e in dropped],
+        }
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    return write
+
+
+def consumed_before(run_dir: str | os.PathLike[str], start: int) -> frozenset[str]:
+    """The episodes that steps before `start` (those in the checkpoint) trained on or
+    dropped. Rows of later steps are ignored: their updates were lost with the crash, so
+    their episodes are theirs to train on again."""
+    return frozenset(
+        eid
+        for step, row in read_ledger(run_dir).items()
+        if step < start
+        for eid in [*row.get("trained", []), *row.get("dropped_stale", [])]
+    )
+
+
 @dataclass
 class AsyncSettings:
     steps: int
@@ -73,6 +106,9 @@ class AsyncSettings:
     max_outstanding_groups: int | None = None
     """Groups started and not yet trained on or dropped (running, or finished and waiting
     for the learner). Default ``(max_staleness + 1) * groups_per_step``."""
+    consumed: frozenset[str] = frozenset()
+    """After a resume: episode ids that checkpointed steps trained on or dropped (the run's
+    ledger). Their groups are not run or trained on again."""
 
 
 @dataclass
@@ -98,10 +134,13 @@ async def train_async(
     done: Callable[[int], dict[str, Episode]],
     after_step: Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]],
     on_episode: Callable[[Episode], None] | None = None,
+    ledger: Callable[[int, list[Episode], list[Episode]], None] | None = None,
 ) -> None:
     """Run steps ``settings.start .. settings.steps - 1``. `batch_tasks(b)` gives batch b's
     tasks; `writer(b)` / `done(b)` its episode file and the episodes already in it;
-    `after_step(step, metrics, episodes)` logs, checkpoints and evaluates; False stops."""
+    `after_step(step, metrics, episodes)` logs, checkpoints and evaluates; False stops.
+    `ledger(step, trained, dropped)` records which episodes each update used, before
+    `after_step` (a resume skips those of checkpointed steps: `AsyncSettings.consumed`)."""
     sampler = policy.sampler
     grpo = dataclasses.replace(
         grpo, rollout=grpo.rollout.model_copy(update={"weight_sync": WEIGHT_SYNC})
@@ -132,9 +171,11 @@ async def train_async(
     )
     try:
         for step in range(settings.start, settings.steps):
-            m, episodes = await _consume_step(
+            m, episodes, dropped = await _consume_step(
                 learner, grpo, settings, state, groups_per_step, sampler
             )
+            if ledger is not None:
+                ledger(step, episodes, dropped)
             if not await after_step(step, m, episodes):
                 break
     finally:
@@ -193,6 +234,8 @@ async def _produce(
         for b in itertools.count(settings.start):
             w, reuse = writer(b), done(b)
             for i, task in enumerate(batch_tasks(b)):
+                if group_episode_id(task, b, 0, i) in settings.consumed:
+                    continue  # trained on (or dropped) before the resume
                 async with state.changed:
                     # the window stays full to the end (its last groups may go untrained):
                     # capping production at the groups the learner needs would let one slow
@@ -224,12 +267,13 @@ async def _consume_step(
     state: _State,
     groups_per_step: int,
     sampler: Any,
-) -> tuple[dict[str, float], list[Episode]]:
-    """Fill one step with fresh-enough groups, then update in a worker thread."""
+) -> tuple[dict[str, float], list[Episode], list[Episode]]:
+    """Fill one step with fresh-enough groups, then update in a worker thread. Returns the
+    metrics, the episodes trained on and those dropped as too stale."""
     t0 = time.perf_counter()
     taken: list[list[Episode]] = []
     staleness: list[int] = []
-    dropped = 0
+    dropped: list[Episode] = []
     while len(taken) < groups_per_step:
         async with state.changed:
             await state.changed.wait_for(lambda: state.finished or state.error is not None)
@@ -241,7 +285,7 @@ async def _consume_step(
             if staleness_of(group, sampler.policy_version) > settings.max_staleness:
                 state.consumed += 1  # its place in the window is free at once
                 state.changed.notify_all()
-                dropped += len(group)
+                dropped += group
                 continue
         taken.append(group)
         # the group is kept or dropped whole (GRPO compares its members); each episode's
@@ -268,12 +312,12 @@ async def _consume_step(
         # be a version staler when trained)
         state.consumed += len(taken)
         state.changed.notify_all()
-    state.dropped_stale += dropped
+    state.dropped_stale += len(dropped)
     m.update(
         {
             "async/staleness_mean": sum(staleness) / max(1, len(staleness)),
             "async/staleness_max": float(max(staleness, default=0)),
-            "async/dropped_stale": float(dropped),
+            "async/dropped_stale": float(len(dropped)),
             "async/dropped_stale_total": float(state.dropped_stale),
             "async/lr_scale": scale,
             "async/lr_effective": learner.cfg.lr * scale,
@@ -283,4 +327,4 @@ async def _consume_step(
             "train/policy_version": float(sampler.policy_version),
         }
     )
-    return m, [e for g in taken for e in g]
+    return m, [e for g in taken for e in g], dropped

@@ -37,7 +37,7 @@ from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.episode import ScoreFn
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
-from tracerl.train.async_loop import AsyncSettings, train_async
+from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.grpo import GRPOConfig, grpo_step
@@ -332,7 +332,9 @@ async def _train_async(
             t.max_staleness,
             t.staleness_lr,
             max_outstanding_groups=t.max_outstanding_groups,
+            consumed=consumed_before(run_dir, start),
         ),
+        ledger=ledger_writer(run_dir),
         writer=lambda b: EpisodeWriter(run_dir, b),
         done=lambda b: done_episodes(run_dir, b),
         after_step=after,
