@@ -202,6 +202,24 @@ def test_the_ledger_names_what_each_update_used_and_a_resume_never_trains_twice(
     assert set(on_disk) - used <= set(again)  # batch 1's other episodes: reused and trained
 
 
+def test_a_window_smaller_than_a_step_is_refused(tiny):
+    with pytest.raises(ValueError, match="max_outstanding_groups=1 is less than the 2 groups"):
+        asyncio.run(
+            train_async(
+                "refund_desk",
+                lambda b: make("refund_desk").sample_tasks(2),
+                scripted_policy(tiny.renderer, make("refund_desk").sample_tasks(2)),
+                Learner(copy.deepcopy(tiny.model), LearnerConfig()),
+                _reward,
+                GRPOConfig(group_size=2, rollout=ROLLOUT),
+                AsyncSettings(1, max_outstanding_groups=1),
+                writer=lambda b: None,
+                done=lambda b: {},
+                after_step=None,
+            )
+        )
+
+
 def test_staleness_schedules_and_their_split_into_lr_and_weights():
     assert staleness_factor(0) == 1.0
     assert staleness_factor(2, "inverse", alpha=0.5) == pytest.approx(0.5)

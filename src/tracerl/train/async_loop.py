@@ -147,6 +147,12 @@ async def train_async(
     )
     groups_per_step = len(batch_tasks(settings.start)) if settings.start < settings.steps else 0
     cap = settings.max_outstanding_groups or (settings.max_staleness + 1) * groups_per_step
+    if cap < groups_per_step:  # a step's groups stay outstanding until its update is done
+        raise ValueError(
+            f"trainer.max_outstanding_groups={cap} is less than the {groups_per_step} groups "
+            "one step trains on (env.tasks_per_step): the learner could never fill a step; "
+            f"set it to at least {groups_per_step}, or leave it unset"
+        )
     state = _State()
 
     def bump() -> None:  # under the weights lock, right after the optimizer's step
