@@ -235,6 +235,51 @@ def train(
 
 
 @app.command()
+def readiness(
+    config: Annotated[Path | None, typer.Argument(help="a YAML config (configs/*.yaml)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides: env.tasks_per_step=8 ...")
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option(help="episodes to sample (default: one step, tasks_per_step x group_size)"),
+    ] = None,
+    sft: Annotated[
+        str | None, typer.Option(help="an SFT checkpoint (hf:DIR) to compare on the same tasks")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON report only")] = False,
+) -> None:
+    """Should this task get RL at all? Four measured answers and one recommendation."""
+    import json
+
+    from tracerl.config import ConfigError, load_config
+    from tracerl.models import ModelNotFoundError
+    from tracerl.readiness.run import readiness_from_config, table_rows
+
+    if config is not None and "=" in config.name:  # only overrides were given
+        overrides, config = [str(config), *(overrides or [])], None
+    if episodes is not None and episodes < 1:
+        raise _fail(f"--episodes must be at least 1, got {episodes}")
+    try:
+        cfg = load_config(config, overrides or [])
+        result = readiness_from_config(cfg, episodes=episodes, compare=sft)
+    except (ConfigError, ModelNotFoundError) as e:
+        raise _fail(str(e)) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"readiness of {cfg.name}: {cfg.model.spec} on {cfg.env.name}")
+    for column in ("question", "verdict", "numbers", "why"):
+        table.add_column(column, overflow="fold")
+    for row in table_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"recommendation ({result.action}): {result.recommendation}", markup=False)
+
+
+@app.command()
 def sft(
     data: Annotated[Path, typer.Argument(help="a run directory or a trajectories .jsonl(.gz)")],
     out: Annotated[Path, typer.Option(help="folder to save the tuned model (load it as hf:OUT)")],

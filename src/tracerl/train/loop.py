@@ -192,7 +192,7 @@ def _train(
             final = _warm_start(cfg, bundle, env, probe, policy, reward, sink, bars)
             sampler.policy_version += 1
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
-    learner = Learner(bundle.model, _learner_config(cfg))
+    learner = Learner(bundle.model, learner_config(cfg))
     start = 0
     if ckpt is not None:
         restore(ckpt, bundle.model, learner.optimizer, sampler)
@@ -343,7 +343,7 @@ async def _train_async(
     return final
 
 
-def _learner_config(cfg: RunConfig) -> LearnerConfig:
+def learner_config(cfg: RunConfig) -> LearnerConfig:
     t = cfg.trainer
     return LearnerConfig(
         lr=t.lr,

@@ -1,0 +1,109 @@
+"""`tracerl readiness CONFIG`: the configured policy, environment and reward, measured."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from tracerl.config import RunConfig
+from tracerl.readiness.verdict import Readiness, judge, measure_readiness
+
+KEY_NUMBERS = {
+    "verifier": (
+        "self_disagreement_rate",
+        "perturbation_disagreement_rate",
+        "evaluator_error_rate",
+        "undecided_rate",
+    ),
+    "environment": ("reset_nondeterministic_rate", "replay_drift_rate", "env_error_rate"),
+    "headroom": (
+        "pass_at_1",
+        "pass_at_k",
+        "groups_varying",
+        "format_valid_rate",
+        "compare_pass_at_1",
+        "compare_format_valid_rate",
+    ),
+    "cost": ("step_s", "run_s", "tokens_per_episode", "possible_gain"),
+}
+
+
+def readiness_from_config(
+    cfg: RunConfig, *, episodes: int | None = None, compare: str | None = None
+) -> Readiness:
+    """One step's worth of episodes (``env.tasks_per_step x trainer.group_size``, or about
+    `episodes`) with the configured policy; `compare`: a model spec (an SFT checkpoint,
+    ``hf:DIR``) measured on the same tasks."""
+    from tracerl.envs import get_parser, make
+    from tracerl.models import load
+    from tracerl.rollout import BatchedHFSampler
+    from tracerl.rollout.runner import Policy
+    from tracerl.train.learner import Learner  # noqa: F401 - fail early if torch is missing
+    from tracerl.train.loop import learner_config, reward_function
+    from tracerl.train.lora import apply_lora, place
+
+    t = cfg.trainer
+    k = t.group_size
+    n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
+    probe = make(cfg.env.name, **cfg.env.kwargs)
+    tasks = probe.sample_tasks(n_tasks, seed=t.seed * 1_000_003, split=cfg.env.train_split)
+    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
+
+    def policy_for(spec: str) -> tuple[Policy, Any]:
+        bundle = load(spec)
+        bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
+        if cfg.model.lora is not None and spec == cfg.model.spec:
+            bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
+        sampler = BatchedHFSampler(
+            bundle.model,
+            temperature=cfg.model.temperature,
+            seed=t.seed,
+            max_batch_size=cfg.model.max_batch_size,
+        )
+        return Policy.from_bundle(bundle, sampler, parser), bundle.model
+
+    policy, model = policy_for(cfg.model.spec)
+    other = policy_for(compare)[0] if compare else None
+    numbers = asyncio.run(
+        measure_readiness(
+            lambda: make(cfg.env.name, **cfg.env.kwargs),
+            tasks,
+            policy,
+            reward_function(cfg, probe),
+            cfg.rollout,
+            group_size=k,
+            steps=t.steps,
+            model=model,
+            learner_config=learner_config(cfg),
+            compare=other,
+            seed=t.seed,
+        )
+    )
+    result = judge(numbers)
+    result.config = {
+        "name": cfg.name,
+        "model": cfg.model.spec,
+        "env": cfg.env.name,
+        "tasks": len(tasks),
+        "group_size": k,
+        "compare": compare,
+    }
+    return result
+
+
+def table_rows(r: Readiness) -> list[tuple[str, str, str, str]]:
+    """(question, verdict, numbers, reasons) per check, for the terminal table."""
+    rows = []
+    for c in r.checks:
+        nums = ", ".join(
+            f"{k} {_fmt(c.numbers[k])}" for k in KEY_NUMBERS[c.question] if k in c.numbers
+        )
+        rows.append((c.title, c.verdict.upper(), nums, "\n".join(c.reasons) or "-"))
+    return rows
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "n/a"
+    return f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"
