@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 import tracerl
+from tracerl.readiness.cli import readiness
 
 app = typer.Typer(
     help="tracerl: train tool-using LLM agents with RL, with rollouts you can trust.",
@@ -23,6 +24,18 @@ def _fail(message: str) -> typer.Exit:
     """Print an error for a person (no traceback, no markup) and return the exit to raise."""
     err_console.print(f"error: {message}", markup=False, highlight=False)
     return typer.Exit(2)
+
+
+def _config(config: Path | None, overrides: list[str] | None) -> Any:
+    """A run config from a YAML file and dotted overrides (or overrides alone)."""
+    from tracerl.config import ConfigError, load_config
+
+    if config is not None and "=" in config.name:  # only overrides were given
+        overrides, config = [str(config), *(overrides or [])], None
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as e:
+        raise _fail(str(e)) from None
 
 
 @app.command()
@@ -207,16 +220,10 @@ def train(
     ] = False,
 ) -> None:
     """Train with synchronous GRPO; write the run directory (episodes, metrics, checkpoints)."""
-    from tracerl.config import ConfigError, load_config
     from tracerl.train.loop import RunExistsError
     from tracerl.train.loop import train as run_training
 
-    if config is not None and "=" in config.name:  # only overrides were given
-        overrides, config = [str(config), *(overrides or [])], None
-    try:
-        cfg = load_config(config, overrides or [])
-    except ConfigError as e:
-        raise _fail(str(e)) from None
+    cfg = _config(config, overrides)
     from tracerl.report.progress import RichProgress
 
     try:
@@ -232,51 +239,6 @@ def train(
     console.print(
         f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
     )
-
-
-@app.command()
-def readiness(
-    config: Annotated[Path | None, typer.Argument(help="a YAML config (configs/*.yaml)")] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Argument(help="dotted overrides: env.tasks_per_step=8 ...")
-    ] = None,
-    episodes: Annotated[
-        int | None,
-        typer.Option(help="episodes to sample (default: one step, tasks_per_step x group_size)"),
-    ] = None,
-    sft: Annotated[
-        str | None, typer.Option(help="an SFT checkpoint (hf:DIR) to compare on the same tasks")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the JSON report only")] = False,
-) -> None:
-    """Should this task get RL at all? Four measured answers and one recommendation."""
-    import json
-
-    from tracerl.config import ConfigError, load_config
-    from tracerl.models import ModelNotFoundError
-    from tracerl.readiness.run import readiness_from_config, table_rows
-
-    if config is not None and "=" in config.name:  # only overrides were given
-        overrides, config = [str(config), *(overrides or [])], None
-    if episodes is not None and episodes < 1:
-        raise _fail(f"--episodes must be at least 1, got {episodes}")
-    try:
-        cfg = load_config(config, overrides or [])
-        result = readiness_from_config(cfg, episodes=episodes, compare=sft)
-    except (ConfigError, ModelNotFoundError) as e:
-        raise _fail(str(e)) from None
-    if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
-        return
-    from rich.table import Table
-
-    table = Table(title=f"readiness of {cfg.name}: {cfg.model.spec} on {cfg.env.name}")
-    for column in ("question", "verdict", "numbers", "why"):
-        table.add_column(column, overflow="fold")
-    for row in table_rows(result):
-        table.add_row(*row)
-    console.print(table)
-    console.print(f"recommendation ({result.action}): {result.recommendation}", markup=False)
 
 
 @app.command()
@@ -415,3 +377,6 @@ def serve_retriever(
 
 if __name__ == "__main__":
     app()
+
+
+app.command()(readiness)

@@ -99,6 +99,7 @@ def test_a_healthy_setup_gets_the_go_ahead_with_its_numbers(tiny):
     assert cost["episodes_per_step"] == 16 and cost["tokens_per_episode"] > 0
     assert cost["update_s_per_step"] > 0 and cost["run_s"] == pytest.approx(20 * cost["step_s"])
     assert cost["possible_gain"] == 0.5
+    assert cost["group_s_mean"] >= cost["episode_s_mean"] > 0
 
 
 def test_an_sft_checkpoint_is_measured_on_the_same_tasks(tiny):

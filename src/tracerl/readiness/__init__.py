@@ -11,13 +11,14 @@ first, then a prompt baseline, SFT on good trajectories, a small RL experiment, 
 `Readiness.to_json()` is the stable, versioned output of ``--json`` (docs/readiness.md).
 """
 
-from tracerl.readiness.verdict import (
-    SCHEMA,
-    THRESHOLDS,
-    Check,
-    Readiness,
-    judge,
-    measure_readiness,
-)
+from typing import Any
 
 __all__ = ["SCHEMA", "THRESHOLDS", "Check", "Readiness", "judge", "measure_readiness"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: `tracerl --help` must not import torch
+    if name in __all__:
+        from tracerl.readiness import verdict
+
+        return getattr(verdict, name)
+    raise AttributeError(f"module 'tracerl.readiness' has no attribute {name!r}")

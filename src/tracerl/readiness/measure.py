@@ -252,7 +252,11 @@ def cost_numbers(sample: Sample, update_s: float, steps: int) -> dict[str, float
     policy_tokens = sum(len(s.token_ids) for e in episodes for s in _policy(e))
     all_tokens = sum(len(s.token_ids) for e in episodes for t in e.trajectories for s in t.segments)
     step_s = sample.wall_s + update_s
+    walls = [e.receipt.wall_time_s or 0.0 for e in episodes]
+    groups = [max((e.receipt.wall_time_s or 0.0 for e in g), default=0.0) for g in sample.groups]
     return {
+        "episode_s_mean": sum(walls) / max(1, len(walls)),
+        "group_s_mean": sum(groups) / max(1, len(groups)),
         "sampling_s_per_step": sample.wall_s,
         "update_s_per_step": update_s,
         "step_s": step_s,

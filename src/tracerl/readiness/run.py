@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
@@ -25,7 +26,7 @@ KEY_NUMBERS = {
         "compare_pass_at_1",
         "compare_format_valid_rate",
     ),
-    "cost": ("step_s", "run_s", "tokens_per_episode", "possible_gain"),
+    "cost": ("episode_s_mean", "step_s", "run_s", "tokens_per_episode", "possible_gain"),
 }
 
 
@@ -39,7 +40,6 @@ def readiness_from_config(
     from tracerl.models import load
     from tracerl.rollout import BatchedHFSampler
     from tracerl.rollout.runner import Policy
-    from tracerl.train.learner import Learner  # noqa: F401 - fail early if torch is missing
     from tracerl.train.loop import learner_config, reward_function
     from tracerl.train.lora import apply_lora, place
 
@@ -90,6 +90,23 @@ def readiness_from_config(
         "compare": compare,
     }
     return result
+
+
+def print_readiness(r: Readiness, console: Any, *, as_json: bool = False) -> None:
+    """The JSON report alone, or a table and the recommendation."""
+    if as_json:
+        print(json.dumps(r.to_json(), indent=2))
+        return
+    from rich.table import Table
+
+    c = r.config
+    table = Table(title=f"readiness of {c.get('name')}: {c.get('model')} on {c.get('env')}")
+    for column in ("question", "verdict", "numbers", "why"):
+        table.add_column(column, overflow="fold")
+    for row in table_rows(r):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"recommendation ({r.action}): {r.recommendation}", markup=False)
 
 
 def table_rows(r: Readiness) -> list[tuple[str, str, str, str]]:

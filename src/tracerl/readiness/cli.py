@@ -1,0 +1,37 @@
+"""The `tracerl readiness` command (registered in `tracerl.cli`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def readiness(
+    config: Annotated[Path | None, typer.Argument(help="a YAML config (configs/*.yaml)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides: env.tasks_per_step=8 ...")
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option(help="episodes to sample (default: one step, tasks_per_step x group_size)"),
+    ] = None,
+    sft: Annotated[
+        str | None, typer.Option(help="an SFT checkpoint (hf:DIR) to compare on the same tasks")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON report only")] = False,
+) -> None:
+    """Should this task get RL at all? Four measured answers and one recommendation."""
+    from tracerl.cli import _config, _fail, console
+    from tracerl.models import ModelNotFoundError
+    from tracerl.readiness.run import print_readiness, readiness_from_config
+
+    if episodes is not None and episodes < 1:
+        raise _fail(f"--episodes must be at least 1, got {episodes}")
+    cfg = _config(config, overrides)
+    try:
+        result = readiness_from_config(cfg, episodes=episodes, compare=sft)
+    except ModelNotFoundError as e:
+        raise _fail(str(e)) from None
+    print_readiness(result, console, as_json=as_json)
