@@ -16,7 +16,6 @@ config), on training tasks, the way a training step would run them:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import hashlib
@@ -285,7 +284,3 @@ def timed_update(model: Any, episodes: Sequence[Episode], learner_config: Any) -
     t0 = time.perf_counter()
     learner.update(trajectories, [1.0 if i % 2 else -1.0 for i in range(len(trajectories))])
     return time.perf_counter() - t0
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
