@@ -205,3 +205,37 @@ def test_tracerl_readiness_runs_a_config_and_prints_json(tmp_path):
     )
     assert table.exit_code == 0, table.output
     assert "recommendation" in table.output and "headroom" in table.output.lower()
+
+
+def test_a_warning_alone_asks_for_a_small_experiment_first():
+    numbers = {
+        "verifier": {
+            "self_disagreement_rate": 0.0,
+            "perturbation_disagreement_rate": 0.0,
+            "evaluator_error_rate": 0.0,
+            "undecided_rate": 0.0,
+        },
+        "environment": {
+            "reset_nondeterministic_rate": 0.0,
+            "reset_failure_rate": 0.0,
+            "replay_drift_rate": 0.0,
+            "env_error_rate": 0.05,  # between the warning (2%) and the failure (10%)
+        },
+        "headroom": {
+            "pass_at_1": 0.4,
+            "pass_at_k": 0.9,
+            "k": 8.0,
+            "groups_varying": 0.8,
+            "groups_all_success": 0.1,
+            "groups_all_fail": 0.1,
+            "format_valid_rate": 0.95,
+        },
+        "cost": {"step_s": 30.0, "tokens_per_step": 9000.0, "run_steps": 10.0, "run_s": 300.0},
+    }
+    r = judge(numbers)
+    assert r.check("environment").verdict == "warn" and r.action == "small_rl_experiment"
+    assert r.check("cost").numbers["possible_gain"] == pytest.approx(0.5)
+    numbers["environment"]["env_error_rate"] = 0.0
+    assert judge(numbers).action == "rl"
+    numbers["environment"]["env_error_rate"] = 0.2
+    assert judge(numbers).action == "fix_environment"
