@@ -1,0 +1,131 @@
+"""Code-repair tasks: small Python repositories, each with one seeded bug of a known kind, a
+report of its symptom, visible tests and hidden acceptance tests.
+
+Deterministic in (template, bug kind, seed): the seed picks the package's name, so two tasks
+of one site differ in paths and imports. Splits keep held-out tasks new: a task is held out
+when its template or its bug kind is (`HELDOUT_TEMPLATES`, `HELDOUT_KINDS`); training never
+sees either. `load_task_folder` turns a user's repository into a task of the same shape.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from pathlib import Path
+from typing import Any
+
+from tracerl.envs.coderepair.templates import BUG_KINDS, TEMPLATES
+
+HELDOUT_TEMPLATES = ("inventory",)
+HELDOUT_KINDS = ("swapped_arguments", "exception_not_raised")
+SPLITS = ("train", "heldout")
+TEST_COMMAND = ["python3", "-m", "unittest", "discover", "-s", "tests", "-t", "."]
+PACKAGES = ("acme", "toolbox", "helpers", "kit", "common", "core", "shop", "tally")
+
+
+def split_of(template: str, kind: str) -> str:
+    return "heldout" if template in HELDOUT_TEMPLATES or kind in HELDOUT_KINDS else "train"
+
+
+def combos(split: str) -> list[tuple[str, str]]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown code-repair split {split!r}; valid: {', '.join(SPLITS)}")
+    return [(t, k) for t in TEMPLATES for k in BUG_KINDS if split_of(t, k) == split]
+
+
+def make_task(template: str, kind: str, seed: int = 0) -> dict[str, Any]:
+    """One task: the buggy repository's files, the hidden tests, the report, the fix."""
+    t = TEMPLATES[template]
+    site = next(s for s in t.sites if s.kind == kind)
+    if t.source.count(site.correct) != 1:
+        raise ValueError(f"{template}/{kind}: the site must occur exactly once in the source")
+    rng = random.Random(f"coderepair:{template}:{kind}:{seed}")
+    pkg = f"{rng.choice(PACKAGES)}_{rng.randrange(100)}"
+    path = f"{pkg}/{t.module}"
+    buggy = t.source.replace(site.correct, site.buggy)
+    diff = "".join(
+        difflib.unified_diff(
+            buggy.splitlines(keepends=True),
+            t.source.splitlines(keepends=True),
+            f"a/{path}",
+            f"b/{path}",
+        )
+    )
+    return {
+        "id": f"{template}-{kind}-s{seed}",
+        "template": template,
+        "bug_kind": kind,
+        "split": split_of(template, kind),
+        "package": pkg,
+        "issue": site.issue,
+        "files": {
+            f"{pkg}/__init__.py": "",
+            path: buggy,
+            "tests/__init__.py": "",
+            f"tests/test_{t.name}.py": t.visible_tests.format(pkg=pkg),
+        },
+        "hidden_tests": {f"tests/test_{t.name}_hidden.py": t.hidden_tests.format(pkg=pkg)},
+        "test_command": TEST_COMMAND,
+        "forbidden": ["tests/"],
+        "buggy_file": path,
+        "fix_diff": diff,
+    }
+
+
+def sample_tasks(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """`n` tasks of the split: its (template, kind) sites in a seeded order, cycled with new
+    package names when `n` exceeds them."""
+    sites = combos(split)
+    random.Random(f"coderepair:{split}:{seed}").shuffle(sites)
+    return [make_task(*sites[i % len(sites)], seed=seed * 1000 + i // len(sites)) for i in range(n)]
+
+
+def write_tree(files: dict[str, str], root: str | Path) -> Path:
+    """Write `files` (relative path -> text) under `root`; refuses paths that leave it."""
+    root = Path(root)
+    for rel, text in files.items():
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"write_tree: {rel!r} is outside the tree")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def load_task_folder(
+    folder: str | Path,
+    *,
+    test_command: list[str],
+    hidden_tests: str | Path,
+    issue: str,
+    task_id: str | None = None,
+    forbidden: list[str] | None = None,
+) -> dict[str, Any]:
+    """A task from a user's repository: its text files, a test command, and a folder of
+    hidden tests (copied into the tree only when grading)."""
+    folder, hidden = Path(folder), Path(hidden_tests)
+    for where, what in ((folder, "repository"), (hidden, "hidden tests")):
+        if not where.is_dir():
+            raise FileNotFoundError(f"load_task_folder: no {what} folder at {where}")
+
+    def read(root: Path, prefix: str = "") -> dict[str, str]:
+        out = {}
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts:
+                try:
+                    out[prefix + p.relative_to(root).as_posix()] = p.read_text()
+                except UnicodeDecodeError:
+                    continue  # binary files are not part of a repair task
+        return out
+
+    return {
+        "id": task_id or folder.resolve().name,
+        "template": "user",
+        "bug_kind": "unknown",
+        "split": "user",
+        "issue": issue,
+        "files": read(folder),
+        "hidden_tests": read(hidden, "tests/"),
+        "test_command": list(test_command),
+        "forbidden": forbidden if forbidden is not None else ["tests/"],
+    }
