@@ -48,13 +48,14 @@ chromium:
 	    $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }; }
 
-# The code-repair sandbox runs model-written code under Debian's bubblewrap.
+# The code-repair sandbox runs model-written code under Debian's bubblewrap, and applies
+# patches in it with `patch`.
 bubblewrap:
-	@command -v bwrap >/dev/null 2>&1 || { \
+	@{ command -v bwrap && command -v patch; } >/dev/null 2>&1 || { \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap patch >/dev/null 2>&1 || { \
 	    $(SUDO) apt-get update -qq && \
-	    $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap; }; }
+	    $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap patch; }; }
 
 test: lint chromium bubblewrap
 	$(VENV)/bin/pytest -q

@@ -16,7 +16,14 @@ def _search_env(**kwargs):  # imported on use: the search env pulls in bm25s
     return SearchEnv(**kwargs)
 
 
+def _coderepair_env(**kwargs):
+    from tracerl.envs.coderepair.env import CodeRepair
+
+    return CodeRepair(**kwargs)
+
+
 register("refund_desk", RefundDesk)
+register("coderepair", _coderepair_env)
 register("arithmetic", Arithmetic)
 register("search", _search_env)
 
