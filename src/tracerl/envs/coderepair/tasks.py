@@ -19,7 +19,10 @@ from tracerl.envs.coderepair.templates import BUG_KINDS, TEMPLATES
 HELDOUT_TEMPLATES = ("inventory",)
 HELDOUT_KINDS = ("swapped_arguments", "exception_not_raised")
 SPLITS = ("train", "heldout")
-TEST_COMMAND = ["python3", "-m", "unittest", "discover", "-s", "tests", "-t", "."]
+# -P: the work tree is not on sys.path until discovery adds it, so a module the agent plants
+# at its root (unittest.py, sitecustomize.py) cannot replace the test runner
+TEST_COMMAND = ["python3", "-P", "-m", "unittest", "discover", "-s", "tests", "-t", "."]
+FORBIDDEN = ["tests/", "unittest", "sitecustomize.py", "usercustomize.py"]
 PACKAGES = ("acme", "toolbox", "helpers", "kit", "common", "core", "shop", "tally")
 
 
@@ -66,7 +69,8 @@ def make_task(template: str, kind: str, seed: int = 0) -> dict[str, Any]:
         },
         "hidden_tests": {f"tests/test_{t.name}_hidden.py": t.hidden_tests.format(pkg=pkg)},
         "test_command": TEST_COMMAND,
-        "forbidden": ["tests/"],
+        "forbidden": FORBIDDEN,
+        "effect": "write",  # submit_patch is a write: the runner's write budget applies
         "buggy_file": path,
         "fix_diff": diff,
     }
@@ -128,4 +132,5 @@ def load_task_folder(
         "hidden_tests": read(hidden, "tests/"),
         "test_command": list(test_command),
         "forbidden": forbidden if forbidden is not None else ["tests/"],
+        "effect": "write",
     }
