@@ -73,8 +73,9 @@ class TrainerConfig(_Config):
     steps: int = Field(10, ge=0)
     group_size: int = Field(8, ge=2)
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
-    reward: Literal["search", "arithmetic"] = "search"
-    """How episodes are scored: the layered search reward, or the arithmetic digit reward."""
+    reward: Literal["search", "arithmetic", "coderepair"] = "search"
+    """How episodes are scored: the layered search reward, the arithmetic digit reward, or
+    the code-repair reward (hidden tests behind a forbidden-edit gate)."""
     lr: float = Field(1e-5, gt=0)
     epochs: int = Field(1, ge=1)
     micro_batch_tokens: int = Field(4096, ge=16)

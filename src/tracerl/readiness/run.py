@@ -40,8 +40,9 @@ def readiness_from_config(
     from tracerl.models import load
     from tracerl.rollout import BatchedHFSampler
     from tracerl.rollout.runner import Policy
-    from tracerl.train.loop import learner_config, reward_function
+    from tracerl.train.loop import learner_config
     from tracerl.train.lora import apply_lora, place
+    from tracerl.train.scoring import reward_function
 
     t = cfg.trainer
     k = t.group_size

@@ -44,36 +44,14 @@ from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
 from tracerl.train.metrics import citation_metrics
+from tracerl.train.scoring import reward_function
 from tracerl.train.warm_start import warm_start
-from tracerl.types import RewardBreakdown
 
 Log = Callable[[str], None]
 
 
 class RunExistsError(RuntimeError):
     pass
-
-
-def reward_function(cfg: RunConfig, probe: Any) -> ScoreFn:
-    """The run's reward: a plain number (arithmetic) or a layered breakdown (search)."""
-    if cfg.trainer.reward == "arithmetic":
-        from tracerl.envs.arithmetic import digit_reward
-
-        def arithmetic(e: Episode) -> float:
-            segs = e.trajectories[0].policy_segments()
-            text = (segs[0].text or "") if segs else ""
-            return digit_reward(text, e.receipt.task["answers"][0])
-
-        return arithmetic
-    from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
-
-    spec = RewardSpec.from_yaml(SEARCH_REWARD)
-    lookup = getattr(probe, "document", lambda _: None)
-
-    def search(e: Episode) -> RewardBreakdown:
-        return compose(spec, RewardContext.from_trajectories(e.trajectories, lookup))
-
-    return search
 
 
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
