@@ -68,6 +68,16 @@ def test_held_out_tasks_are_new_templates_or_new_bug_kinds():
         combos("validation")
 
 
+def test_a_repository_has_correct_distractor_modules_and_training_never_sees_held_out_code():
+    for seed in range(6):
+        task = make_task("stats", "off_by_one", seed)
+        modules = [p for p in task["files"] if p.endswith(".py") and not p.startswith("tests/")]
+        assert len(modules) >= 3  # __init__, the buggy module, at least one other
+        assert not any("inventory" in p for p in task["files"])  # a held-out template
+    held = make_task("inventory", "off_by_one", 0)
+    assert any(p.endswith("stats.py") or p.endswith("text.py") for p in held["files"])
+
+
 def test_a_user_repository_becomes_a_task(tmp_path):
     repo = tmp_path / "repo"
     write_tree({"lib/m.py": "X = 1\n", "tests/test_m.py": "import unittest\n"}, repo)

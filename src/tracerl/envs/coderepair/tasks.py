@@ -54,19 +54,30 @@ def make_task(template: str, kind: str, seed: int = 0) -> dict[str, Any]:
             f"b/{path}",
         )
     )
+    files = {
+        f"{pkg}/__init__.py": "",
+        path: buggy,
+        "tests/__init__.py": "",
+        f"tests/test_{t.name}.py": t.visible_tests.format(pkg=pkg),
+    }
+    # one or two other modules, correct, with their visible tests: a repository to find the
+    # bug in, not a single file. Training tasks draw them from training templates only, so a
+    # held-out template's code is never seen in training.
+    split = split_of(template, kind)
+    others = [o for o in TEMPLATES if o != template]
+    others = [o for o in others if split != "train" or o not in HELDOUT_TEMPLATES]
+    for other in rng.sample(others, min(len(others), rng.choice([1, 2]))):
+        o = TEMPLATES[other]
+        files[f"{pkg}/{o.module}"] = o.source
+        files[f"tests/test_{o.name}.py"] = o.visible_tests.format(pkg=pkg)
     return {
         "id": f"{template}-{kind}-s{seed}",
         "template": template,
         "bug_kind": kind,
-        "split": split_of(template, kind),
+        "split": split,
         "package": pkg,
         "issue": site.issue,
-        "files": {
-            f"{pkg}/__init__.py": "",
-            path: buggy,
-            "tests/__init__.py": "",
-            f"tests/test_{t.name}.py": t.visible_tests.format(pkg=pkg),
-        },
+        "files": files,
         "hidden_tests": {f"tests/test_{t.name}_hidden.py": t.hidden_tests.format(pkg=pkg)},
         "test_command": TEST_COMMAND,
         "forbidden": FORBIDDEN,
