@@ -23,7 +23,7 @@ def test_yaml_and_overrides(tmp_path):
         ("trainer.lrr=1", "trainer.lrr: Extra inputs are not permitted"),
         ("trainer.lr=fast", "trainer.lr: Input should be a valid number"),
         ("rollout.budgets.steps=0", "rollout.budgets.steps: Input should be greater than"),
-        ("trainer.reward=vibes", "trainer.reward: Input should be 'search' or 'arithmetic'"),
+        ("trainer.reward=vibes", "trainer.reward: Input should be 'search', 'arithmetic' or"),
         ("nonsense", "expected key.path=value"),
     ],
 )
