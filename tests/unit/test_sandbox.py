@@ -32,18 +32,18 @@ def _run(tree: Path, code: str, limits: Limits = FAST):
     return run_sandboxed(tree, ["/usr/bin/python3", "attack.py"], limits)
 
 
-def _nobody_processes() -> int:
-    out = subprocess.run(["ps", "-o", "pid=", "-u", "65534"], capture_output=True, text=True)
+def _processes(uid: int) -> int:
+    out = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True)
     return len(out.stdout.split())
 
 
-def _settled() -> int:
-    """Processes left by the sandbox's user once the kernel has reaped the namespace."""
+def _settled(r) -> int:
+    """Processes the sandbox's uid has left once the kernel has reaped its namespace."""
     for _ in range(50):
-        if _nobody_processes() == 0:
+        if _processes(r.uid) == 0:
             return 0
         time.sleep(0.1)
-    return _nobody_processes()
+    return _processes(r.uid)
 
 
 def test_code_runs_on_a_copy_of_the_tree_and_reports_its_output(tree):
@@ -102,7 +102,7 @@ def test_a_fork_bomb_is_contained_and_leaves_nothing_behind(tree):
     r = _run(tree, "import os\nwhile True:\n    os.fork()\n")
     assert r.status == "limit" and r.limit in ("processes", "cpu", "wall")
     assert r.owner is Attribution.POLICY
-    assert _settled() == 0
+    assert _settled(r) == 0
     assert _run(tree, "print('still fine')").output.strip() == "still fine"
 
 
@@ -110,7 +110,7 @@ def test_an_output_flood_is_cut_at_the_cap(tree):
     r = _run(tree, "while True:\n    print('x' * 1000)\n")
     assert r.status == "limit" and r.limit == "output" and r.truncated
     assert len(r.output) <= FAST.output_bytes and r.owner is Attribution.POLICY
-    assert _settled() == 0
+    assert _settled(r) == 0
 
 
 def test_an_endless_loop_runs_out_of_cpu_time(tree):
@@ -121,7 +121,7 @@ def test_an_endless_loop_runs_out_of_cpu_time(tree):
 def test_a_sleeping_hang_hits_the_wall_clock(tree):
     r = _run(tree, "import time\ntime.sleep(60)\n", Limits(cpu_s=3, wall_s=2.0))
     assert r.status == "limit" and r.limit == "wall" and r.wall_s < 10
-    assert _settled() == 0
+    assert _settled(r) == 0
 
 
 def test_memory_and_file_size_limits(tree):
@@ -139,3 +139,21 @@ def test_the_sandbox_failing_to_start_is_the_environments(tree, tmp_path):
     bad = [argv[0], "--no-such-option", *argv[1:]]
     out = subprocess.run(bad, capture_output=True, text=True)
     assert out.returncode != 0 and out.stderr.startswith("bwrap:")
+
+
+def test_a_sandbox_killed_from_outside_is_the_environments(tree):
+    """The host killing the sandbox (an OOM killer, an operator) is not the code's doing."""
+    import threading
+
+    def killer():
+        for _ in range(100):  # wait for the payload to start, then kill it from outside
+            if subprocess.run(["pkill", "-KILL", "-f", "^/bin/sleep 30.25$"]).returncode == 0:
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    r = run_sandboxed(tree, ["/bin/sleep", "30.25"], FAST)
+    t.join()
+    assert r.status == "sandbox_error" and r.owner is Attribution.ENVIRONMENT
+    assert "killed from outside" in r.detail

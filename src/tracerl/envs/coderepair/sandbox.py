@@ -6,8 +6,9 @@ Every test run and every patch application of the code-repair environment runs h
 * a read-only system (``/usr`` and the loader links only; no ``/etc``, ``/home``, ``/root``);
 * the work tree is a copy of the task's tree inside a size-limited tmpfs: nothing the code
   writes reaches the host, and the source tree stays as it was;
-* no capabilities, an unprivileged uid (the host's ``nobody``, so process limits count
-  only the sandbox's processes), a cleared environment;
+* no capabilities, an unprivileged host uid of its own (no account uses it; one per running
+  sandbox, so the process limit counts only this sandbox's processes), a cleared
+  environment;
 * rlimits on CPU time, address space, processes, file size and core dumps, a cap on the
   output read back, and a wall-clock timeout after which the whole process group is killed.
 
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,25 @@ from typing import Literal
 
 from tracerl.types import Attribution
 
-NOBODY = 65534
+UID_BASE, UID_SLOTS = 2_000_000, 4096  # host uids no account uses: one per live sandbox
+_uids_lock = threading.Lock()
+_uids_in_use: set[int] = set()
+
+
+@contextlib.contextmanager
+def _sandbox_uid():
+    """A host uid of its own for each running sandbox, so the process limit (counted per
+    uid) is this sandbox's alone, however many run at once."""
+    with _uids_lock:
+        uid = next(UID_BASE + i for i in range(UID_SLOTS) if UID_BASE + i not in _uids_in_use)
+        _uids_in_use.add(uid)
+    try:
+        yield uid
+    finally:
+        with _uids_lock:
+            _uids_in_use.discard(uid)
+
+
 Status = Literal["ok", "failed", "limit", "sandbox_error"]
 
 
@@ -61,6 +81,7 @@ class RunResult:
     wall_s: float
     limit: str | None = None  # wall | cpu | memory | output | processes | file_size
     detail: str = ""
+    uid: int | None = None  # the host uid the sandbox ran as
 
     @property
     def owner(self) -> Attribution:
@@ -106,7 +127,7 @@ def bwrap_argv(tree: Path, argv: list[str], limits: Limits, bwrap: str | None = 
     tmpfs copy of `tree`."""
     return [
         bwrap or find_bwrap(),
-        "--unshare-all",  # network, pid, ipc, uts, cgroup (and user, as nobody)
+        "--unshare-all",  # network, pid, ipc, uts, cgroup (and user, unprivileged)
         "--die-with-parent",
         "--new-session",
         *_system_binds(),
@@ -127,7 +148,7 @@ def bwrap_argv(tree: Path, argv: list[str], limits: Limits, bwrap: str | None = 
     ]  # fmt: skip
 
 
-def _demote(limits: Limits) -> None:  # in the child, before exec: limits, then nobody
+def _demote(limits: Limits, uid: int) -> None:  # in the child, before exec: limits, uid
     import resource
 
     mb = 1 << 20
@@ -136,10 +157,10 @@ def _demote(limits: Limits) -> None:  # in the child, before exec: limits, then 
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * mb, limits.file_mb * mb))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if os.getuid() == 0:  # as root, process limits would not apply: become nobody
+    if os.getuid() == 0:  # as root, process limits would not apply: become the sandbox's uid
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
 
 
 def run_sandboxed(
@@ -155,16 +176,19 @@ def run_sandboxed(
     if not tree.is_dir():
         raise FileNotFoundError(f"run_sandboxed: no directory {tree} to copy into the sandbox")
     with tempfile.TemporaryDirectory(prefix="tracerl-sandbox-") as staging:
-        # staged where `nobody` can read it (the caller's tree may sit under a private folder)
+        # staged where the sandbox's uid can read it (the caller's tree may be private)
         copy = Path(staging) / "tree"
         shutil.copytree(tree, copy, symlinks=True)
         for path in [Path(staging), copy, *copy.rglob("*")]:
             if not path.is_symlink():  # readable by all; executables stay executable
                 path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
-        return _run(copy, argv, limits, bwrap)
+        with _sandbox_uid() as uid:
+            result = _run(copy, argv, limits, bwrap, uid)
+            result.uid = uid
+            return result
 
 
-def _run(tree: Path, argv: list[str], limits: Limits, bwrap: str | None) -> RunResult:
+def _run(tree: Path, argv: list[str], limits: Limits, bwrap: str | None, uid: int) -> RunResult:
     cmd = bwrap_argv(tree, argv, limits, bwrap)
     t0 = time.monotonic()
     try:
@@ -173,7 +197,7 @@ def _run(tree: Path, argv: list[str], limits: Limits, bwrap: str | None) -> RunR
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _demote(limits),  # runs in the child before exec
+            preexec_fn=lambda: _demote(limits, uid),  # runs in the child before exec
             start_new_session=True,
         )
     except OSError as e:
@@ -215,7 +239,8 @@ def _read_capped(proc: subprocess.Popen, limits: Limits, t0: float) -> tuple[byt
             cut = "wall"
             break
         if not sel.select(timeout=min(left, 0.5)):
-            if proc.poll() is not None:
+            # exited? asked without reaping it: wait4 below collects its CPU time
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 break
             continue
         chunk = proc.stdout.read(65536)
