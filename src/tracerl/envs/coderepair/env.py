@@ -165,16 +165,17 @@ class CodeRepair(ToolEnv):
         Args:
             unified_diff: the patch, as `diff -u` or `git diff` writes it.
         """
-        touched = sorted(set(re.findall(r"^\+\+\+ b/(\S+)", unified_diff, re.M)))
-        if not touched:
+        if not re.search(r"^\+\+\+ ", unified_diff, re.M):
             raise PolicyError(
-                "no file in the patch (expected +++ b/<path> lines)", FaultKind.INVALID_ARGUMENTS
+                "no file in the patch (expected --- a/<path> and +++ b/<path> lines)",
+                FaultKind.INVALID_ARGUMENTS,
             )
         files = {**self.files, ".patch.diff": unified_diff}
         argv = [
             "/bin/sh",
             "-c",
-            'patch -p1 --batch --forward -s < .patch.diff && python3 -c "$1"',
+            "patch -p1 --batch --forward --no-backup-if-mismatch -s < .patch.diff"
+            ' && python3 -c "$1"',
             "sh",
             _DUMP,
         ]
@@ -186,7 +187,9 @@ class CodeRepair(ToolEnv):
             return ToolResult(
                 f"the patch does not apply:\n{r.output[-LOG_CHARS:]}", evidence={"gain": 0.0}
             )
-        self.files = json.loads(r.output[r.output.index("{") :])
+        before, self.files = self.files, json.loads(r.output[r.output.index("{") :])
+        # what the patch really changed, added or deleted (whatever its headers claim)
+        touched = sorted(p for p in {*before, *self.files} if before.get(p) != self.files.get(p))
         forbidden = [
             p for p in touched if any(p.startswith(f) for f in self.task.get("forbidden", []))
         ]
@@ -197,9 +200,8 @@ class CodeRepair(ToolEnv):
             real = {p: self.files[p] for p in touched if p in self.files}
             write_tree(real, self.task["source_dir"])
             self.written += sorted(real)
-        return ToolResult(
-            f"patch applied to {', '.join(touched)}", evidence={"gain": 0.0}, effect=effect
-        )
+        what = ", ".join(touched) or "nothing (the patch changed no file)"
+        return ToolResult(f"patch applied to {what}", evidence={"gain": 0.0}, effect=effect)
 
     # ---- episode -------------------------------------------------------------------------
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
