@@ -113,7 +113,8 @@ class CodeRepair(ToolEnv):
             start: the first line to show (1-based).
             end: the last line to show (0: to the end of the file).
         """
-        text = self.files.get(path.strip().lstrip("./"))
+        path = path.strip().removeprefix("./")
+        text = self.files.get(path)
         if text is None:
             raise PolicyError(
                 f"no file {path!r}; search_files lists paths", FaultKind.INVALID_ARGUMENTS
@@ -122,7 +123,7 @@ class CodeRepair(ToolEnv):
         last = len(lines) if end <= 0 else min(end, len(lines))
         shown = range(max(1, start), last + 1)
         gain = 0.0
-        if path.strip().lstrip("./") == self.task.get("buggy_file"):
+        if path == self.task.get("buggy_file"):
             new = self._bug_lines & set(shown) - self._read_lines
             gain = 0.5 if new and not self._bug_lines & self._read_lines else 0.0
             self._read_lines |= set(shown)
