@@ -10,6 +10,7 @@ from rich.console import Console
 
 import tracerl
 from tracerl.readiness.cli import readiness
+from tracerl.rollout.serve import serve_command
 
 app = typer.Typer(
     help="tracerl: train tool-using LLM agents with RL, with rollouts you can trust.",
@@ -375,8 +376,8 @@ def serve_retriever(
     server.serve_forever()
 
 
+app.command()(readiness)
+app.command("serve")(serve_command)
+
 if __name__ == "__main__":
     app()
-
-
-app.command()(readiness)

@@ -34,7 +34,7 @@ from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed
-from tracerl.rollout.sampler import SampleRequest, SampleResult
+from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import observation, step_with_retries
 from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
 
@@ -111,6 +111,9 @@ class _EpisodeRun:
     async def run(self) -> Episode:
         try:
             stop = await self._loop()
+        except SamplerUnavailable as e:  # the generation server is down: infrastructure
+            self.env_fault, self.error = True, f"sampler unavailable: {e}"
+            stop = StopReason.INFRA_FAILURE
         except Exception as e:  # a crash (bad env output, sampler failure, a bug) ends the
             # episode, which is kept with its receipt: nothing is lost, and it is nobody's
             # signal. The unknown rate makes it visible.

@@ -76,6 +76,11 @@ class SampleResult:
     policy_version: int
 
 
+class SamplerUnavailable(RuntimeError):
+    """The generation backend could not be reached or kept failing (a remote server down,
+    overloaded, timing out): infrastructure, so the episode is the environment's."""
+
+
 class Sampler(Protocol):
     """What the episode runner needs from a policy backend."""
 

@@ -1,0 +1,141 @@
+"""Remote samplers: generation on an OpenAI-compatible completion server, token ids only.
+
+`RemoteSampler` posts each turn to ``{base_url}/v1/completions`` with the prompt as token
+ids and asks for the sampled tokens back as ids with their log-probabilities
+(``return_tokens_as_token_ids``, as vLLM serves it; `tracerl serve` speaks the same subset).
+Text never crosses the wire in either direction, so nothing is re-tokenized and the
+trajectory's tokens are exactly the ones sampled.
+
+A server that cannot be reached, times out, or answers 429/5xx is retried with exponential
+backoff; when the retries run out the sampler raises `SamplerUnavailable`, which the runner
+records as an infrastructure failure (the environment's, never the policy's). A 4xx other
+than 429 is a request the server refuses: a configuration error, raised as such.
+
+The policy version of a result is the server's (``policy_version`` in its answer, which
+`tracerl serve` sends), else the version in the adapter name a LoRA hot-load gave it, else
+this sampler's own `policy_version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from typing import Any
+
+from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
+
+RETRYABLE = {408, 429, 500, 502, 503, 504}
+
+
+class RemoteSampler:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        temperature: float = 1.0,
+        timeout_s: float = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        policy_version: int = 0,
+        client: Any = None,
+    ) -> None:
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 (use a small value for near-greedy)")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.temperature = temperature
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.policy_version = policy_version
+        self._client = client
+
+    def _http(self) -> Any:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+        return self._client
+
+    def body(self, request: SampleRequest) -> dict[str, Any]:
+        """The completion request: token ids in, token ids and log-probs out."""
+        return {
+            "model": self.model,
+            "prompt": list(request.prompt_ids),
+            "max_tokens": request.max_tokens,
+            "temperature": self.temperature,
+            "top_p": 1.0,
+            "seed": request.seed,
+            "logprobs": 1,
+            "stop_token_ids": sorted(request.stop_token_ids),
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        import httpx
+
+        url = f"{self.base_url}/v1/completions"
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1))
+            try:
+                r = await self._http().post(url, json=self.body(request))
+            except (httpx.TransportError, httpx.TimeoutException) as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if r.status_code in RETRYABLE:
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                continue
+            if r.status_code != 200:
+                raise ValueError(f"{url} refused the request: HTTP {r.status_code}: {r.text[:300]}")
+            return self.result(r.json(), request)
+        raise SamplerUnavailable(f"{url}: {self.retries + 1} attempts failed; last: {last}")
+
+    def result(self, answer: dict[str, Any], request: SampleRequest) -> SampleResult:
+        choice = answer["choices"][0]
+        lp = choice.get("logprobs") or {}
+        tokens = [_token_id(t) for t in lp.get("tokens") or []]
+        logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+        if len(tokens) != len(logprobs) or not tokens:
+            raise ValueError(
+                "the server did not return token ids with log-probs; it must support "
+                "return_tokens_as_token_ids and logprobs (vLLM does, `tracerl serve` does)"
+            )
+        finish = "stop" if choice.get("finish_reason") == "stop" else "length"
+        version = answer.get("policy_version")
+        if version is None:
+            m = re.search(r"@v(\d+)$", str(answer.get("model", "")))
+            version = int(m.group(1)) if m else self.policy_version
+        return SampleResult(tokens, logprobs, finish, int(version))
+
+    async def load_lora_adapter(self, name: str, path: str) -> None:
+        """Hot-load a LoRA adapter (vLLM's ``/v1/load_lora_adapter``); name it
+        ``<base>@v<policy version>`` so results carry the version."""
+        r = await self._http().post(
+            f"{self.base_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
+        )
+        if r.status_code != 200:
+            raise SamplerUnavailable(f"loading adapter {name!r} failed: HTTP {r.status_code}")
+        self.model = name
+        m = re.search(r"@v(\d+)$", name)
+        if m:
+            self.policy_version = int(m.group(1))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _token_id(token: Any) -> int:
+    """vLLM writes a token as ``token_id:123`` when asked for ids."""
+    if isinstance(token, int):
+        return token
+    m = re.fullmatch(r"token_id:(\d+)", str(token))
+    if m is None:
+        raise ValueError(f"expected a token id ('token_id:<n>'), got {token!r}")
+    return int(m.group(1))

@@ -1,0 +1,179 @@
+"""`tracerl serve`: the OpenAI-compatible completion subset our remote sampler uses, over an
+in-process Hugging Face model (`BatchedHFSampler`: concurrent requests share a batch).
+
+    POST /v1/completions   {"prompt": [token ids], "max_tokens", "temperature", "seed",
+                            "stop_token_ids", "logprobs", "return_tokens_as_token_ids"}
+                           -> choices[0]: text, logprobs {tokens: ["token_id:<n>"],
+                              token_logprobs}, finish_reason; and policy_version
+    GET  /v1/models        the model this server serves
+    GET  /health           200
+
+So the remote path is tested end to end on a CPU, and a CPU box can serve a small policy to
+remote rollout workers. The temperature is the server's: a request asking for another one is
+refused (the log-probs would not be of the distribution it asked for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+
+from tracerl.rollout.sampler import SampleRequest
+
+MAX_BODY = 16 << 20
+
+
+class CompletionServer:
+    def __init__(self, sampler: Any, model_name: str, tokenizer: Any = None) -> None:
+        self.sampler = sampler
+        self.model_name = model_name
+        self.tokenizer = tokenizer
+        self.served = 0
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        if method == "GET" and path == "/health":
+            return 200, {"status": "ok"}
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
+        if method == "POST" and path == "/v1/completions":
+            try:
+                return 200, await self.complete(json.loads(body or b"{}"))
+            except (ValueError, KeyError, TypeError) as e:
+                return 400, {"error": {"message": str(e), "type": "invalid_request_error"}}
+        return 404, {"error": {"message": f"no route {method} {path}"}}
+
+    async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+        prompt = req["prompt"]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            if len(prompt) != 1:
+                raise ValueError("one prompt per request")
+            prompt = prompt[0]
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            raise ValueError("prompt must be a list of token ids (text is never re-tokenized)")
+        temperature = float(req.get("temperature", self.sampler.temperature))
+        if abs(temperature - self.sampler.temperature) > 1e-9:
+            raise ValueError(
+                f"this server samples at temperature {self.sampler.temperature}, "
+                f"not {temperature}; start it with --temperature {temperature}"
+            )
+        request = SampleRequest(
+            tuple(prompt),
+            max_tokens=int(req.get("max_tokens", 16)),
+            stop_token_ids=frozenset(req.get("stop_token_ids") or ()),
+            seed=req.get("seed"),
+        )
+        res = await self.sampler.sample(request)
+        self.served += 1
+        text = self.tokenizer.decode(res.token_ids) if self.tokenizer is not None else ""
+        return {
+            "id": f"cmpl-{self.served}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "policy_version": res.policy_version,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": {
+                        "tokens": [f"token_id:{t}" for t in res.token_ids],
+                        "token_logprobs": res.logprobs,
+                    },
+                    "finish_reason": res.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(res.token_ids),
+                "total_tokens": len(prompt) + len(res.token_ids),
+            },
+        }
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+        try:
+            while True:  # HTTP/1.1 keep-alive: one request after another on a connection
+                line = await reader.readline()
+                if not line:
+                    return
+                method, path, _ = line.decode("latin-1").split(" ", 2)
+                headers = {}
+                while (h := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    k, _, v = h.decode("latin-1").partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                n = int(headers.get("content-length", 0))
+                too_large = n > MAX_BODY  # answered, then the connection is closed
+                if too_large:
+                    status, payload = 413, {"error": {"message": "request body too large"}}
+                else:
+                    body = await reader.readexactly(n) if n else b""
+                    status, payload = await self.handle(method, path.split("?")[0], body)
+                data = json.dumps(payload).encode()
+                writer.write(
+                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                    "Connection: keep-alive\r\n\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+                if too_large:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            return
+        finally:
+            writer.close()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
+        """Listen on `host`:`port` (0: any free port); returns the port."""
+        self._server = await asyncio.start_server(self._connection, host, port)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening and end the open connections."""
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._connections):
+            t.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+def serve_command(
+    model: Annotated[
+        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
+    ],
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
+    max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
+) -> None:
+    """Serve a model over the OpenAI-compatible completion subset (token ids in and out)."""
+    from tracerl.models import ModelNotFoundError, load
+    from tracerl.rollout import BatchedHFSampler
+
+    try:
+        bundle = load(model)
+    except ModelNotFoundError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    sampler = BatchedHFSampler(bundle.model, temperature=temperature, max_batch_size=max_batch_size)
+    server = CompletionServer(sampler, model, bundle.tokenizer)
+
+    async def main() -> None:
+        bound = await server.start(host, port)
+        typer.echo(f"serving {model} on http://{host}:{bound}/v1/completions")
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
