@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.envs.coderepair.sandbox import run_sandboxed
-from tracerl.envs.coderepair.tasks import (
-    combos,
-    load_task_folder,
-    make_task,
-    sample_tasks,
-    write_tree,
-)
+from tracerl.envs.coderepair.sandbox import run_sandboxed, write_tree
+from tracerl.envs.coderepair.tasks import combos, load_task_folder, make_task, sample_tasks
 from tracerl.envs.coderepair.templates import BUG_KINDS, TEMPLATES
 
 SITES = [(t, k) for t in TEMPLATES for k in BUG_KINDS]

@@ -36,36 +36,17 @@ def readiness_from_config(
     """One step's worth of episodes (``env.tasks_per_step x trainer.group_size``, or about
     `episodes`) with the configured policy; `compare`: a model spec (an SFT checkpoint,
     ``hf:DIR``) measured on the same tasks."""
-    from tracerl.envs import get_parser, make
-    from tracerl.models import load
-    from tracerl.rollout import BatchedHFSampler
-    from tracerl.rollout.runner import Policy
-    from tracerl.train.loop import learner_config
-    from tracerl.train.lora import apply_lora, place
+    from tracerl.envs import make
+    from tracerl.train.loop import build_policy, learner_config, train_tasks
     from tracerl.train.scoring import reward_function
 
     t = cfg.trainer
     k = t.group_size
     n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
     probe = make(cfg.env.name, **cfg.env.kwargs)
-    tasks = probe.sample_tasks(n_tasks, seed=t.seed * 1_000_003, split=cfg.env.train_split)
-    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
-
-    def policy_for(spec: str) -> tuple[Policy, Any]:
-        bundle = load(spec)
-        bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
-        if cfg.model.lora is not None and spec == cfg.model.spec:
-            bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
-        sampler = BatchedHFSampler(
-            bundle.model,
-            temperature=cfg.model.temperature,
-            seed=t.seed,
-            max_batch_size=cfg.model.max_batch_size,
-        )
-        return Policy.from_bundle(bundle, sampler, parser), bundle.model
-
-    policy, model = policy_for(cfg.model.spec)
-    other = policy_for(compare)[0] if compare else None
+    tasks = train_tasks(cfg, probe, 0, n_tasks)
+    bundle, _, policy = build_policy(cfg)
+    other = build_policy(cfg, compare)[2] if compare else None
     numbers = asyncio.run(
         measure_readiness(
             lambda: make(cfg.env.name, **cfg.env.kwargs),
@@ -75,7 +56,7 @@ def readiness_from_config(
             cfg.rollout,
             group_size=k,
             steps=t.steps,
-            model=model,
+            model=bundle.model,
             learner_config=learner_config(cfg),
             compare=other,
             seed=t.seed,

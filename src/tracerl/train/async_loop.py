@@ -120,6 +120,12 @@ class _State:
     dropped_stale: int = 0  # episodes
     error: BaseException | None = None  # a group that raised: the run stops with it
 
+    async def fail(self, exc: BaseException) -> None:
+        """Hand an error to the learner, which re-raises it."""
+        async with self.changed:
+            self.error = exc
+            self.changed.notify_all()
+
 
 async def train_async(
     env: Any,
@@ -227,10 +233,8 @@ async def _produce(
             )
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # handed to the learner, which re-raises it
-            async with state.changed:
-                state.error = exc
-                state.changed.notify_all()
+        except BaseException as exc:
+            await state.fail(exc)
             return
         async with state.changed:
             state.finished.append(episodes)
@@ -254,10 +258,8 @@ async def _produce(
                 t.add_done_callback(running.discard)
     except asyncio.CancelledError:
         raise
-    except BaseException as exc:  # handed to the learner, which re-raises it
-        async with state.changed:
-            state.error = exc
-            state.changed.notify_all()
+    except BaseException as exc:
+        await state.fail(exc)
         raise
     finally:
         for t in list(running):
@@ -286,9 +288,11 @@ async def _consume_step(
             if state.error is not None:  # a group or the producer raised
                 raise state.error
             # the stalest finished group first: it is the closest to the bound, so fewer expire
-            group = max(state.finished, key=lambda g: staleness_of(g, sampler.policy_version))
-            state.finished.remove(group)
-            if staleness_of(group, sampler.policy_version) > settings.max_staleness:
+            version = sampler.policy_version  # the weights do not move while a step fills
+            stale = [staleness_of(g, version) for g in state.finished]
+            s = max(stale)
+            group = state.finished.pop(stale.index(s))
+            if s > settings.max_staleness:
                 state.consumed += 1  # its place in the window is free at once
                 state.changed.notify_all()
                 dropped += group
@@ -296,7 +300,7 @@ async def _consume_step(
         taken.append(group)
         # the group is kept or dropped whole (GRPO compares its members); each episode's
         # own staleness (its oldest token's) weights it
-        staleness += [staleness_of([e], sampler.policy_version) for e in group]
+        staleness += [staleness_of([e], version) for e in group]
     waited = time.perf_counter() - t0
     cfg = settings.staleness_lr
     scale, weights = staleness_scales(

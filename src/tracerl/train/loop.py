@@ -101,7 +101,6 @@ def train(
 ) -> dict[str, float]:
     """Run (or `resume`) the configured training; returns the last evaluation's metrics.
     `progress` draws bars (`RichProgress`); without it, summary lines go to `log`."""
-    from tracerl.models import load
 
     bars = progress or QuietProgress(log)
     log = bars.line
@@ -114,19 +113,7 @@ def train(
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    bundle = load(cfg.model.spec)
-    bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
-    if cfg.model.lora is not None:
-        bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
-    t = cfg.trainer
-    sampler = BatchedHFSampler(
-        bundle.model,
-        temperature=cfg.model.temperature,
-        seed=t.seed,
-        max_batch_size=cfg.model.max_batch_size,
-    )
-    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
-    policy = Policy.from_bundle(bundle, sampler, parser)
+    bundle, sampler, policy = build_policy(cfg)
     probe = make(cfg.env.name, **cfg.env.kwargs)
     reward = reward_function(cfg, probe)
     sink = MetricsLog.open(
@@ -140,6 +127,35 @@ def train(
         return _train(cfg, ckpt, resume, bundle, sampler, policy, probe, reward, sink, bars)
     finally:
         sink.close()
+
+
+def build_policy(cfg: RunConfig, spec: str | None = None) -> tuple[Any, BatchedHFSampler, Policy]:
+    """The configured model (or `spec`, e.g. an SFT checkpoint, placed the same way; LoRA
+    only on the configured model), its batched sampler and the policy around them."""
+    from tracerl.models import load
+
+    spec = spec or cfg.model.spec
+    bundle = load(spec)
+    bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
+    if cfg.model.lora is not None and spec == cfg.model.spec:
+        bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
+    sampler = BatchedHFSampler(
+        bundle.model,
+        temperature=cfg.model.temperature,
+        seed=cfg.trainer.seed,
+        max_batch_size=cfg.model.max_batch_size,
+    )
+    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
+    return bundle, sampler, Policy.from_bundle(bundle, sampler, parser)
+
+
+def train_tasks(cfg: RunConfig, probe: Any, step: int, n: int | None = None) -> list[dict]:
+    """Step `step`'s training tasks: a function of the seed and the step."""
+    return probe.sample_tasks(
+        n or cfg.env.tasks_per_step,
+        seed=cfg.trainer.seed * 1_000_003 + step,
+        split=cfg.env.train_split,
+    )
 
 
 def _train(
@@ -190,10 +206,8 @@ def _train(
     bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
 
-    def tasks_of(step: int) -> list[dict[str, Any]]:  # a function of seed and step
-        return probe.sample_tasks(
-            cfg.env.tasks_per_step, seed=t.seed * 1_000_003 + step, split=cfg.env.train_split
-        )
+    def tasks_of(step: int) -> list[dict[str, Any]]:
+        return train_tasks(cfg, probe, step)
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""

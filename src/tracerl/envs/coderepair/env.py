@@ -20,14 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
-from tracerl.envs.coderepair.sandbox import Limits, RunResult, run_sandboxed
+from tracerl.envs.coderepair.sandbox import Limits, RunResult, run_files, write_tree
 from tracerl.envs.coderepair.tasks import sample_tasks as _sample
-from tracerl.envs.coderepair.tasks import write_tree
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import InfraError, PolicyError, ToolResult, tool
 from tracerl.types import FaultKind, ToolCall
@@ -80,8 +77,7 @@ class CodeRepair(ToolEnv):
 
     # ---- the sandbox -----------------------------------------------------------------------
     def _run(self, files: dict[str, str], argv: list[str], limits: Limits | None = None):
-        with tempfile.TemporaryDirectory(prefix="tracerl-coderepair-") as d:
-            return run_sandboxed(write_tree(files, Path(d) / "tree"), argv, limits or self.limits)
+        return run_files(files, argv, limits or self.limits)
 
     # ---- tools -----------------------------------------------------------------------------
     @tool(effect="read", timeout_s=10.0, version="1")

@@ -27,9 +27,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tracerl.types import Attribution
 
@@ -170,20 +171,49 @@ def run_sandboxed(
     *,
     bwrap: str | None = None,
 ) -> RunResult:
-    """Run `argv` in a sandbox whose ``/work`` is a copy of `tree`."""
-    limits = limits or Limits()
+    """Run `argv` in a sandbox whose ``/work`` is a copy of the directory `tree`."""
     tree = Path(tree).resolve()
     if not tree.is_dir():
         raise FileNotFoundError(f"run_sandboxed: no directory {tree} to copy into the sandbox")
+    return _staged(lambda copy: shutil.copytree(tree, copy, symlinks=True), argv, limits, bwrap)
+
+
+def run_files(
+    files: dict[str, str],
+    argv: list[str],
+    limits: Limits | None = None,
+    *,
+    bwrap: str | None = None,
+) -> RunResult:
+    """Run `argv` in a sandbox whose ``/work`` holds `files` (relative path -> text)."""
+    return _staged(lambda copy: write_tree(files, copy), argv, limits, bwrap)
+
+
+def write_tree(files: dict[str, str], root: str | Path) -> Path:
+    """Write `files` (relative path -> text) under `root`; refuses paths that leave it."""
+    root = Path(root)
+    for rel, text in files.items():
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"write_tree: {rel!r} is outside the tree")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def _staged(
+    stage: Callable[[Path], Any], argv: list[str], limits: Limits | None, bwrap: str | None
+) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="tracerl-sandbox-") as staging:
         # staged where the sandbox's uid can read it (the caller's tree may be private)
         copy = Path(staging) / "tree"
-        shutil.copytree(tree, copy, symlinks=True)
+        stage(copy)
+        copy.mkdir(exist_ok=True)
         for path in [Path(staging), copy, *copy.rglob("*")]:
             if not path.is_symlink():  # readable by all; executables stay executable
                 path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
         with _sandbox_uid() as uid:
-            result = _run(copy, argv, limits, bwrap, uid)
+            result = _run(copy, argv, limits or Limits(), bwrap, uid)
             result.uid = uid
             return result
 

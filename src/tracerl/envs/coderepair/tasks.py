@@ -95,18 +95,6 @@ def sample_tasks(n: int, *, seed: int = 0, split: str = "train") -> list[dict[st
     return [make_task(*sites[i % len(sites)], seed=seed * 1000 + i // len(sites)) for i in range(n)]
 
 
-def write_tree(files: dict[str, str], root: str | Path) -> Path:
-    """Write `files` (relative path -> text) under `root`; refuses paths that leave it."""
-    root = Path(root)
-    for rel, text in files.items():
-        target = (root / rel).resolve()
-        if not target.is_relative_to(root.resolve()):
-            raise ValueError(f"write_tree: {rel!r} is outside the tree")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    return root
-
-
 def load_task_folder(
     folder: str | Path,
     *,
