@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Annotated, Any
 
 import typer
@@ -34,8 +36,7 @@ class CompletionServer:
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.served = 0
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._httpd: ThreadingHTTPServer | None = None
 
     async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         if method == "GET" and path == "/health":
@@ -96,57 +97,56 @@ class CompletionServer:
             },
         }
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
-        try:
-            while True:  # HTTP/1.1 keep-alive: one request after another on a connection
-                line = await reader.readline()
-                if not line:
-                    return
-                method, path, _ = line.decode("latin-1").split(" ", 2)
-                headers = {}
-                while (h := await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    k, _, v = h.decode("latin-1").partition(":")
-                    headers[k.strip().lower()] = v.strip()
-                n = int(headers.get("content-length", 0))
-                too_large = n > MAX_BODY  # answered, then the connection is closed
-                if too_large:
-                    status, payload = 413, {"error": {"message": "request body too large"}}
-                else:
-                    body = await reader.readexactly(n) if n else b""
-                    status, payload = await self.handle(method, path.split("?")[0], body)
-                data = json.dumps(payload).encode()
-                writer.write(
-                    f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                    "Connection: keep-alive\r\n\r\n".encode()
-                    + data
-                )
-                await writer.drain()
-                if too_large:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-            return
-        finally:
-            writer.close()
-
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
-        """Listen on `host`:`port` (0: any free port); returns the port."""
-        self._server = await asyncio.start_server(self._connection, host, port)
-        return self._server.sockets[0].getsockname()[1]
+        """Listen on `host`:`port` (0: any free port); returns the port. HTTP is the standard
+        library's threaded server (as `serve-retriever`'s); each request is answered in this
+        event loop, where the sampler batches the requests that wait together."""
+        loop = asyncio.get_running_loop()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self, loop))
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self._httpd.server_address[1]
 
     async def stop(self) -> None:
-        """Stop listening and end the open connections."""
-        if self._server is not None:
-            self._server.close()
-        for t in list(self._connections):
-            t.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        """Stop listening."""
+        if self._httpd is not None:
+            await asyncio.to_thread(self._httpd.shutdown)
+            self._httpd.server_close()
+
+
+def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
+
+        def _answer(self, method: str) -> None:
+            n = int(self.headers.get("Content-Length", 0))
+            if n > MAX_BODY:
+                self.close_connection = True
+                return self._send(413, {"error": {"message": "request body too large"}})
+            body = self.rfile.read(n) if n else b""
+            future = asyncio.run_coroutine_threadsafe(
+                server.handle(method, self.path.split("?")[0], body), loop
+            )
+            self._send(*future.result())
+
+        def do_GET(self) -> None:
+            self._answer("GET")
+
+        def do_POST(self) -> None:
+            self._answer("POST")
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:  # quiet: tests and rollouts stay readable
+            pass
+
+    return Handler
 
 
 def serve_command(
