@@ -69,6 +69,31 @@ class StalenessLR(_Config):
     gamma: float = Field(0.7, gt=0, le=1)
 
 
+class RolloutBackendConfig(_Config):
+    """Where episodes run (`tracerl.rollout.ray_workers`)."""
+
+    backend: Literal["inprocess", "ray"] = "inprocess"
+    """``ray``: environments and episode loops in Ray actors (the ``ray`` extra), sampling
+    from a completion server the learner runs over its live weights."""
+    workers: int = Field(2, ge=1)
+    episodes_per_worker: int = Field(32, ge=1)
+    """Episodes one worker runs at once (its actor's concurrency)."""
+    worker_cpus: float = Field(1.0, gt=0)
+    """CPUs Ray reserves per worker (tool-bound workers need little)."""
+    max_attempts: int = Field(3, ge=1)
+    """Worker deaths an episode may see before it is an infrastructure failure."""
+    address: str | None = None
+    """A Ray cluster to join (``auto``: this node's); None starts a local one."""
+    serve_host: str = "127.0.0.1"
+    """Where the learner's completion server listens (``0.0.0.0`` for workers on other
+    nodes)."""
+    serve_port: int = Field(0, ge=0)
+    """0: any free port."""
+    advertise_host: str | None = None
+    """The address workers reach the server at; None: `serve_host` (with ``0.0.0.0``,
+    this node's address as Ray sees it)."""
+
+
 class TrainerConfig(_Config):
     steps: int = Field(10, ge=0)
     group_size: int = Field(8, ge=2)
@@ -116,6 +141,8 @@ class TrainerConfig(_Config):
     on what they did with the reward clamped to at most `timeout_reward_cap` (``grade``).
     Either way they are counted as timeouts, never as policy failures."""
     timeout_reward_cap: float = 0.0
+    rollout: RolloutBackendConfig = Field(default_factory=lambda: RolloutBackendConfig())
+    """Where episodes run: in this process (default) or in Ray rollout workers."""
 
 
 class WarmStartConfig(_Config):

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tracerl.envs.base import Env
 from tracerl.envs.registry import make
@@ -26,6 +26,22 @@ from tracerl.types import Attribution, StopReason
 
 log = logging.getLogger("tracerl")
 EnvSource = str | Callable[[], Env]
+
+
+class RolloutBackend(Protocol):
+    """Where episodes run. None (the default everywhere) runs them in this process, on the
+    policy's sampler; `tracerl.rollout.ray_workers.RayRollouts` runs them in Ray actors."""
+
+    async def run_episode(
+        self,
+        env: Callable[[], Env],
+        task: dict[str, Any],
+        policy: Policy,
+        config: RolloutConfig | None,
+        *,
+        seed: int,
+        episode_id: str,
+    ) -> Episode: ...
 
 
 def _factory(env: EnvSource) -> Callable[[], Env]:
@@ -46,8 +62,10 @@ async def run_group(
     index: int | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     score: ScoreFn | None = None,
+    backend: RolloutBackend | None = None,
 ) -> list[Episode]:
-    """`group_size` episodes of one task, each with its own seed and a fresh env.
+    """`group_size` episodes of one task, each with its own seed and a fresh env (run where
+    `backend` says: in this process by default).
 
     `done` maps episode ids to episodes already finished (read back from the run directory
     after a crash): those are returned as they are, not run (or written) again.
@@ -68,15 +86,16 @@ async def run_group(
             if on_episode is not None:
                 on_episode(episode)
             return episode
+        member_seed = episode_seed(seed, task.get("id"), g, *(() if index is None else (index,)))
         async with limit or contextlib.nullcontext():
-            episode = await run_episode(
-                factory(),
-                task,
-                policy,
-                config,
-                seed=episode_seed(seed, task.get("id"), g, *(() if index is None else (index,))),
-                episode_id=eid,
-            )
+            if backend is None:
+                episode = await run_episode(
+                    factory(), task, policy, config, seed=member_seed, episode_id=eid
+                )
+            else:
+                episode = await backend.run_episode(
+                    factory, task, policy, config, seed=member_seed, episode_id=eid
+                )
         if score is not None:
             score_episode(episode, score)
         if writer is not None:
@@ -118,6 +137,7 @@ async def run_groups(
     done: dict[str, Episode] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     score: ScoreFn | None = None,
+    backend: RolloutBackend | None = None,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit."""
     limit = asyncio.Semaphore(max_concurrent_episodes)
@@ -135,6 +155,7 @@ async def run_groups(
             index=i,
             on_episode=on_episode,
             score=score,
+            backend=backend,
         )
         for i, t in enumerate(tasks)
     ]

@@ -110,6 +110,8 @@ class RemoteSampler:
         if version is None:
             m = re.search(r"@v(\d+)$", str(answer.get("model", "")))
             version = int(m.group(1)) if m else self.policy_version
+        # the receipt's policy_version is the sampler's: the newest the server has shown
+        self.policy_version = max(self.policy_version, int(version))
         return SampleResult(tokens, logprobs, finish, int(version))
 
     async def load_lora_adapter(self, name: str, path: str) -> None:

@@ -40,7 +40,7 @@ from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
 
 log = logging.getLogger("tracerl")
 Sleep = Callable[[float], Awaitable[None]]
-__all__ = ["Episode", "Policy", "episode_seed", "run_episode"]
+__all__ = ["Episode", "Policy", "episode_seed", "failed_episode", "run_episode"]
 
 
 async def run_episode(
@@ -70,6 +70,28 @@ async def run_episode(
             await env.close()
         except Exception as e:  # a finished episode is kept even if cleanup fails
             log.warning("%s: env.close() failed: %s: %s", run.episode_id, type(e).__name__, e)
+
+
+async def failed_episode(
+    env: Env,
+    task: dict[str, Any],
+    policy: Policy,
+    config: RolloutConfig | None,
+    *,
+    seed: int,
+    episode_id: str,
+    error: str,
+) -> Episode:
+    """An episode the infrastructure never let run (every rollout worker it was sent to
+    died): a receipt with `error`, ``infra_failure``, the environment's, never trained on."""
+    run = _EpisodeRun(
+        env, task, policy, config or RolloutConfig(), seed, episode_id, None, asyncio.sleep, None
+    )
+    run.env_fault, run.error = True, error
+    try:
+        return run._finish(StopReason.INFRA_FAILURE)
+    finally:
+        await env.close()
 
 
 class _EpisodeRun:

@@ -114,6 +114,47 @@ class CompletionServer:
             self._httpd.server_close()
 
 
+class ServerThread:
+    """A `CompletionServer` on an event loop of its own, in a daemon thread: the learner
+    serves its live weights to remote rollout workers while its own loop trains. The
+    sampler is the learner's, so a served turn carries the version that sampled it."""
+
+    def __init__(
+        self,
+        sampler: Any,
+        model_name: str,
+        tokenizer: Any = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: str | None = None,
+    ) -> None:
+        self.server = CompletionServer(sampler, model_name, tokenizer)
+        self.host, self.port = host, port
+        self.advertise = advertise or host
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="tracerl-serve", daemon=True
+        )
+        self.url: str | None = None
+
+    def start(self) -> str:
+        """Listen; returns the base URL rollout workers should use."""
+        self._thread.start()
+        bound = asyncio.run_coroutine_threadsafe(
+            self.server.start(self.host, self.port), self._loop
+        ).result()
+        self.url = f"http://{self.advertise}:{bound}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+
 def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection

@@ -41,7 +41,7 @@ from typing import Any
 
 from tracerl.algos.staleness import staleness_scales
 from tracerl.report.run import LEDGER_FILE, read_ledger
-from tracerl.rollout.groups import group_episode_id, run_group
+from tracerl.rollout.groups import RolloutBackend, group_episode_id, run_group
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.grpo import GRPOConfig, RewardFn, update_on_groups
@@ -141,6 +141,7 @@ async def train_async(
     after_step: Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]],
     on_episode: Callable[[Episode], None] | None = None,
     ledger: Callable[[int, list[Episode], list[Episode]], None] | None = None,
+    backend: RolloutBackend | None = None,
 ) -> None:
     """Run steps ``settings.start .. settings.steps - 1``. `batch_tasks(b)` gives batch b's
     tasks; `writer(b)` / `done(b)` its episode file and the episodes already in it;
@@ -179,6 +180,7 @@ async def train_async(
             writer,
             done,
             on_episode,
+            backend,
         )
     )
     try:
@@ -209,6 +211,7 @@ async def _produce(
     writer: Callable[[int], EpisodeWriter | None],
     done: Callable[[int], dict[str, Episode]],
     on_episode: Callable[[Episode], None] | None,
+    backend: RolloutBackend | None,
 ) -> None:
     """Groups in batch order, each started as soon as fewer than `cap` are outstanding;
     it runs until the consumer cancels it."""
@@ -230,6 +233,7 @@ async def _produce(
                 index=i,
                 on_episode=on_episode,
                 score=reward_fn,
+                backend=backend,
             )
         except asyncio.CancelledError:
             raise

@@ -10,7 +10,7 @@ from tracerl.config import RunConfig
 from tracerl.evaluate import task_batches
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
-from tracerl.rollout.groups import run_groups
+from tracerl.rollout.groups import RolloutBackend, run_groups
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Policy
 from tracerl.train.metrics import eval_metrics
@@ -31,6 +31,7 @@ async def evaluate_async(
     step: int,
     bars: QuietProgress,
     stage: str = "train",
+    backend: RolloutBackend | None = None,
 ) -> dict[str, float]:
     """The eval split's success at this point: ``stage`` is ``baseline`` (the model as
     loaded), ``warm_start`` (after the warm start) or ``train`` (after `step` RL steps).
@@ -59,6 +60,7 @@ async def evaluate_async(
                 done=done_episodes(where, step),
                 on_episode=bars.advance,
                 score=reward,
+                backend=backend,
             )
             episodes += [g[0] for g in groups]
         m.update(eval_metrics(episodes, split, lookup))

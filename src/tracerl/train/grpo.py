@@ -24,7 +24,7 @@ import torch
 
 from tracerl.algos.advantages import get as get_advantage
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.groups import EnvSource, rollout_metrics, run_groups
+from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
@@ -59,6 +59,7 @@ def grpo_step(
     writer: EpisodeWriter | None = None,
     done: dict[str, Episode] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    backend: RolloutBackend | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One step. `writer` appends each finished episode to the run directory; `done` holds
     this step's episodes already on disk (after a crash), which are reused, not re-run."""
@@ -75,6 +76,7 @@ def grpo_step(
             done=done,
             on_episode=on_episode,
             score=reward_fn,
+            backend=backend,
         )
     )
     metrics = update_on_groups(groups, learner, cfg)

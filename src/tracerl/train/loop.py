@@ -23,7 +23,7 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,9 @@ from tracerl.report.run import metric_rows
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.episode import ScoreFn
+from tracerl.rollout.groups import RolloutBackend
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
+from tracerl.rollout.ray_workers import rollout_backend
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
@@ -45,7 +47,7 @@ from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
 from tracerl.train.metrics import citation_metrics
 from tracerl.train.scoring import reward_function
-from tracerl.train.warm_start import warm_start
+from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
 
@@ -124,7 +126,10 @@ def train(
         config=cfg.model_dump(mode="json"),
     )
     try:
-        return _train(cfg, ckpt, resume, bundle, sampler, policy, probe, reward, sink, bars)
+        with rollout_backend(cfg, bundle, sampler, policy) as backend:
+            return _train(
+                cfg, ckpt, resume, bundle, sampler, policy, probe, reward, sink, bars, backend
+            )
     finally:
         sink.close()
 
@@ -169,11 +174,20 @@ def _train(
     reward: ScoreFn,
     sink: MetricsLog,
     bars: QuietProgress,
+    backend: RolloutBackend | None,
 ) -> dict[str, float]:
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
 
     def env() -> Any:
         return make(cfg.env.name, **cfg.env.kwargs)
+
+    def evaluation(step: int, stage: str = "train") -> dict[str, float]:
+        return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
+
+    async def evaluation_async(step: int) -> dict[str, float]:
+        return await evaluate_async(
+            cfg, env, probe, policy, reward, sink, step, bars, backend=backend
+        )
 
     final: dict[str, float] = {}
     if ckpt is None:
@@ -181,9 +195,9 @@ def _train(
             _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
-        final = evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "baseline")
+        final = evaluation(0, "baseline")
         if cfg.warm_start is not None:
-            final = _warm_start(cfg, bundle, env, probe, policy, reward, sink, bars)
+            final = warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend)
             sampler.policy_version += 1
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
     learner = Learner(bundle.model, learner_config(cfg))
@@ -195,7 +209,7 @@ def _train(
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
         if start >= t.steps and not _has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
-            final = evaluate(cfg, env, probe, policy, reward, sink, t.steps, bars)
+            final = evaluation(t.steps)
     grpo = GRPOConfig(
         group_size=t.group_size,
         advantage=t.advantage,
@@ -247,9 +261,9 @@ def _train(
                         tasks_of,
                         record,
                         evaluate_after,
-                        probe,
-                        sink,
+                        evaluation_async,
                         bars,
+                        backend,
                     )
                 )
                 or final
@@ -271,11 +285,12 @@ def _train(
                 writer=EpisodeWriter(run_dir, step),
                 done=done_episodes(run_dir, step),
                 on_episode=bars.advance,
+                backend=backend,
             )
             if not record(step, m, episodes, t0):
                 return final
             if evaluate_after(step):
-                final = evaluate(cfg, env, probe, policy, reward, sink, step + 1, bars)
+                final = evaluation(step + 1)
     finally:
         stop.restore()
     return final
@@ -292,9 +307,9 @@ async def _train_async(
     tasks_of: Callable[[int], list[dict[str, Any]]],
     record: Callable[..., bool],
     evaluate_after: Callable[[int], bool],
-    probe: Any,
-    sink: MetricsLog,
+    evaluation: Callable[[int], Awaitable[dict[str, float]]],
     bars: QuietProgress,
+    backend: RolloutBackend | None,
 ) -> dict[str, float]:
     """The steps of an asynchronous run (`tracerl.train.async_loop`); evaluations run in the
     same event loop, between updates, while the rollout workers keep sampling."""
@@ -307,7 +322,7 @@ async def _train_async(
         nonlocal final
         go = record(step, m, episodes, last[0])
         if go and evaluate_after(step):
-            final = await evaluate_async(cfg, env, probe, policy, reward, sink, step + 1, bars)
+            final = await evaluation(step + 1)
         last[0] = time.perf_counter()
         return go
 
@@ -331,6 +346,7 @@ async def _train_async(
         done=lambda b: done_episodes(run_dir, b),
         after_step=after,
         on_episode=bars.advance,
+        backend=backend,
     )
     return final
 
@@ -349,41 +365,3 @@ def learner_config(cfg: RunConfig) -> LearnerConfig:
         compile=t.compile,
         gradient_checkpointing=t.gradient_checkpointing,
     )
-
-
-def _warm_start(
-    cfg: RunConfig,
-    bundle: Any,
-    env: Any,
-    probe: Any,
-    policy: Policy,
-    reward: Any,
-    sink: MetricsLog,
-    bars: QuietProgress,
-) -> dict[str, float]:
-    """SFT on the reference agent (see `warm_start`), then the evaluation RL must beat."""
-    ws, run_dir = cfg.warm_start, cfg.run_dir
-    assert ws is not None
-    tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
-    m = warm_start(
-        bundle,
-        env,
-        probe,
-        policy.parser,
-        reward,
-        cfg.rollout,
-        run_dir,
-        tasks=tasks,
-        lr=ws.lr,
-        epochs=ws.epochs,
-        micro_batch_tokens=cfg.trainer.micro_batch_tokens,
-        done=done_episodes(run_dir / "warm_start", 0),
-        progress=bars,
-    )
-    sink.log({"step": 0, "phase": "warm_start", **m})
-    bars.line(
-        f"warm start: SFT on {m['warm_start/kept']:.0f} reference episodes, NLL "
-        f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
-        f"{m['time/warm_start_s']:.1f} s"
-    )
-    return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start")

@@ -23,13 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracerl.config import RunConfig
 from tracerl.envs.parsers import ActionParser
+from tracerl.report.progress import QuietProgress
+from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import ScoreFn
-from tracerl.rollout.groups import episode_task_id, run_groups
-from tracerl.rollout.persist import EpisodeWriter
+from tracerl.rollout.groups import RolloutBackend, episode_task_id, run_groups
+from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.evaluation import evaluate
 from tracerl.train.metrics import gradient_eligible
 from tracerl.train.sft import sft
 
@@ -118,3 +122,43 @@ def warm_start(
         "warm_start/nll_last_epoch": history[-1],
         "time/warm_start_s": time.perf_counter() - t0,
     }
+
+
+def warm_start_stage(
+    cfg: RunConfig,
+    bundle: Any,
+    env: Any,
+    probe: Any,
+    policy: Policy,
+    reward: Any,
+    sink: MetricsLog,
+    bars: QuietProgress,
+    backend: RolloutBackend | None = None,
+) -> dict[str, float]:
+    """The run's warm-start stage: SFT on the reference agent (see `warm_start`), logged,
+    then the evaluation RL must beat."""
+    ws, run_dir = cfg.warm_start, cfg.run_dir
+    assert ws is not None
+    tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
+    m = warm_start(
+        bundle,
+        env,
+        probe,
+        policy.parser,
+        reward,
+        cfg.rollout,
+        run_dir,
+        tasks=tasks,
+        lr=ws.lr,
+        epochs=ws.epochs,
+        micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+        done=done_episodes(run_dir / "warm_start", 0),
+        progress=bars,
+    )
+    sink.log({"step": 0, "phase": "warm_start", **m})
+    bars.line(
+        f"warm start: SFT on {m['warm_start/kept']:.0f} reference episodes, NLL "
+        f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
+        f"{m['time/warm_start_s']:.1f} s"
+    )
+    return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start", backend)

@@ -220,6 +220,10 @@ class Receipt:
     """Filled by the reward stage: what the verifier checked and found."""
     started_at: str | None = None
     wall_time_s: float | None = None
+    worker: dict[str, Any] | None = None
+    """Where it ran when not in the training process (``{"backend": "ray", "worker",
+    "node", "pid", "failed_attempts": [{"worker", "error"}]}``: rollout workers that died
+    with it in flight, before the one that ran it); None: in process."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

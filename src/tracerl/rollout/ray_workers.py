@@ -1,0 +1,320 @@
+"""Rollout workers on Ray: environments and episode loops in Ray actors, generation on a
+completion server, the learner where it is (`trainer.rollout.backend: ray`).
+
+    training process (driver)                          Ray actors (any node)
+    run_group -> RayRollouts.run_episode(factory, task, config, seed, episode id)
+        sends it to the live worker with the fewest
+        episodes in flight                      ->     RolloutWorker.run:
+                                                           run_episode(factory(), task, policy)
+                                                           policy = RemoteSampler(server)
+                                                                    + the driver's renderer
+                                                                    + the driver's parser
+        <- the Episode, its receipt stamped with where it ran
+
+Each worker has its own environment instances (built from the factory it is sent, so a
+search index or a sandbox lives on the worker's node) and its own `RemoteSampler`; the
+server is the learner's own (`ServerThread` over its live weights) or a vLLM/SGLang server.
+Episodes are the same objects the in-process path makes: token ids, masks, log-probs,
+receipts; the trainer, the run directory and the report see no difference.
+
+A worker that dies (process killed, out of memory, node lost) fails every episode in flight
+on it. Each of those is run again from the start (fresh env, same seed) on another live
+worker, and a replacement is started for the dead one; the receipt's ``worker`` lists the
+failed attempts. An episode whose workers died `max_attempts` times, or that finds no live
+worker left, ends as ``infra_failure``: the environment's, never trained on. Nothing is
+dropped silently. Re-running from the start is safe because an environment instance is per
+episode; a write action against a real service should run under a dry-run guard.
+
+An exception inside the episode loop is not a death: the runner already turns every crash it
+can into a recorded episode, so what escapes (a factory that cannot build the env on that
+node, say) is raised in the driver as it would be in process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tracerl.envs.base import Env
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.episode import Episode, Policy
+from tracerl.rollout.remote import RemoteSampler
+from tracerl.rollout.runner import failed_episode, run_episode
+
+RAY_PIP = "pip install 'tracerl[ray]'"
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            f"trainer.rollout.backend=ray needs Ray: {RAY_PIP} (or use backend: inprocess)"
+        ) from None
+    return ray
+
+
+class RolloutWorker:
+    """One Ray actor: runs episodes concurrently (an async actor), each in a fresh env, with
+    a remote sampler to the completion server."""
+
+    def __init__(
+        self,
+        index: int,
+        renderer: Any,
+        parser: Any,
+        model_id: str,
+        sampler: dict[str, Any],
+    ) -> None:
+        import ray
+
+        self.sampler = RemoteSampler(**sampler)
+        self.policy = Policy(self.sampler, renderer, parser, model_id)
+        self.where = {
+            "backend": "ray",
+            "worker": index,
+            "node": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+        }
+
+    async def ready(self) -> dict[str, Any]:
+        return self.where
+
+    async def run(
+        self,
+        env: Callable[[], Env],
+        task: dict[str, Any],
+        config: RolloutConfig | None,
+        seed: int,
+        episode_id: str,
+        policy_version: int | None,
+    ) -> Episode:
+        if policy_version is not None:  # what a receipt says before the server has answered
+            self.sampler.policy_version = max(self.sampler.policy_version, policy_version)
+        episode = await run_episode(
+            env(), task, self.policy, config, seed=seed, episode_id=episode_id
+        )
+        episode.receipt.worker = dict(self.where)
+        return episode
+
+
+@dataclass
+class _Slot:
+    index: int
+    handle: Any
+    in_flight: int = 0
+    alive: bool = True
+
+
+class RayRollouts:
+    """The `RolloutBackend` that runs episodes in `workers` Ray actors.
+
+    `base_url`/`served_model`: the completion server the workers sample from, at the
+    policy's temperature. `address`: a Ray cluster to join (``auto``: the one this node
+    belongs to); None starts a local one, sized so the workers fit, and shuts it down on
+    `close()`. `max_attempts`: deaths an episode may see before it is an infrastructure
+    failure; `max_restarts`: replacement workers started over the pool's life."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        base_url: str,
+        *,
+        served_model: str | None = None,
+        temperature: float = 1.0,
+        workers: int = 2,
+        episodes_per_worker: int = 32,
+        worker_cpus: float = 1.0,
+        max_attempts: int = 3,
+        max_restarts: int | None = None,
+        sampler_timeout_s: float = 120.0,
+        sampler_retries: int = 3,
+        address: str | None = None,
+        name: str = "tracerl",
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        if workers < 1 or max_attempts < 1:
+            raise ValueError(
+                f"RayRollouts: need workers >= 1 and max_attempts >= 1, got "
+                f"{workers} and {max_attempts}"
+            )
+        ray = import_ray()
+        self._ray = ray
+        self._owns_ray = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"address": address, "include_dashboard": False}
+            if address is None:  # a local cluster: big enough for the workers asked for
+                cpus = max(os.cpu_count() or 1, math.ceil(workers * worker_cpus))
+                kwargs |= {"num_cpus": cpus, "object_store_memory": 256 << 20}
+            ray.init(**kwargs)
+            self._owns_ray = True
+        self.policy = policy
+        self.max_attempts = max_attempts
+        self.restarts_left = 2 * workers if max_restarts is None else max_restarts
+        self.deaths = 0
+        self._name = f"{name}-{uuid.uuid4().hex[:6]}"
+        self._actor = ray.remote(RolloutWorker)
+        self._options = {
+            "num_cpus": worker_cpus,
+            "max_concurrency": episodes_per_worker,
+            "max_restarts": 0,  # a replacement is ours to start (see `_died`)
+        }
+        self._args = (
+            ray.put(policy.renderer),
+            policy.parser,
+            policy.model_id,
+            {
+                "base_url": base_url,
+                "model": served_model or policy.model_id,
+                "temperature": temperature,
+                "timeout_s": sampler_timeout_s,
+                "retries": sampler_retries,
+            },
+        )
+        self._next_index = 0
+        self.slots = [self._start() for _ in range(workers)]
+        try:
+            ray.get([s.handle.ready.remote() for s in self.slots], timeout=start_timeout_s)
+        except Exception as e:
+            self.close()
+            raise RuntimeError(
+                f"Ray rollout workers did not start within {start_timeout_s:.0f} s "
+                f"({type(e).__name__}: {e}); check `ray status` for free CPUs and memory"
+            ) from e
+
+    def _start(self) -> _Slot:
+        index, self._next_index = self._next_index, self._next_index + 1
+        options = {**self._options, "name": f"{self._name}-w{index}"}
+        handle = self._actor.options(**options).remote(index, *self._args)
+        return _Slot(index, handle)
+
+    def _pick(self) -> _Slot | None:
+        live = [s for s in self.slots if s.alive]
+        return min(live, key=lambda s: s.in_flight) if live else None
+
+    def _died(self, slot: _Slot, handle: Any) -> None:
+        """The first episode to see `handle` die replaces it (the others only retry)."""
+        if slot.handle is not handle or not slot.alive:
+            return
+        self.deaths += 1
+        slot.alive = False
+        if self.restarts_left > 0:
+            self.restarts_left -= 1
+            self.slots[self.slots.index(slot)] = self._start()
+
+    async def run_episode(
+        self,
+        env: Callable[[], Env],
+        task: dict[str, Any],
+        policy: Policy,
+        config: RolloutConfig | None,
+        *,
+        seed: int,
+        episode_id: str,
+    ) -> Episode:
+        ray = self._ray
+        died = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+        failures: list[dict[str, Any]] = []
+        version = getattr(policy.sampler, "policy_version", None)
+        for _ in range(self.max_attempts):
+            slot = self._pick()
+            if slot is None:
+                break
+            handle = slot.handle
+            slot.in_flight += 1
+            try:
+                episode = await handle.run.remote(env, task, config, seed, episode_id, version)
+            except died as e:
+                failures.append({"worker": slot.index, "error": _first_line(e)})
+                self._died(slot, handle)
+                continue
+            except ray.exceptions.RayTaskError as e:  # the episode loop itself raised
+                raise e.as_instanceof_cause() from None
+            finally:
+                slot.in_flight -= 1
+            where = episode.receipt.worker or {}
+            return _stamp(episode, {**where, "failed_attempts": failures})
+        why = "no live rollout worker" if not failures else f"{len(failures)} rollout workers died"
+        episode = await failed_episode(
+            env(),
+            task,
+            policy,
+            config,
+            seed=seed,
+            episode_id=episode_id,
+            error=f"{why} with the episode in flight: "
+            + "; ".join(f"worker {f['worker']}: {f['error']}" for f in failures),
+        )
+        return _stamp(episode, {"backend": "ray", "worker": None, "failed_attempts": failures})
+
+    def close(self) -> None:
+        for s in self.slots if hasattr(self, "slots") else []:
+            with contextlib.suppress(Exception):  # already gone
+                self._ray.kill(s.handle)
+        if self._owns_ray:
+            self._ray.shutdown()
+            self._owns_ray = False
+
+
+@contextlib.contextmanager
+def rollout_backend(
+    cfg: Any, bundle: Any, sampler: Any, policy: Policy
+) -> Iterator[RayRollouts | None]:
+    """The run's backend (`trainer.rollout`): None in process; with ``ray``, the learner's
+    completion server over its live weights (`ServerThread`) and the Ray workers that
+    sample from it, both stopped on exit."""
+    rc = cfg.trainer.rollout
+    if rc.backend == "inprocess":
+        yield None
+        return
+    from tracerl.rollout.serve import ServerThread
+
+    server = ServerThread(
+        sampler,
+        bundle.spec,
+        bundle.tokenizer,
+        host=rc.serve_host,
+        port=rc.serve_port,
+        advertise=rc.advertise_host,
+    )
+    url = server.start()
+    backend = None
+    try:
+        if rc.serve_host == "0.0.0.0" and rc.advertise_host is None:
+            url = url.replace("0.0.0.0", import_ray().util.get_node_ip_address())
+        backend = RayRollouts(
+            policy,
+            url,
+            served_model=bundle.spec,
+            temperature=cfg.model.temperature,
+            workers=rc.workers,
+            episodes_per_worker=rc.episodes_per_worker,
+            worker_cpus=rc.worker_cpus,
+            max_attempts=rc.max_attempts,
+            address=rc.address,
+            name=f"tracerl-{cfg.name}",
+        )
+        yield backend
+    finally:
+        if backend is not None:
+            backend.close()
+        server.stop()
+
+
+def _stamp(episode: Episode, where: dict[str, Any]) -> Episode:
+    """Record where the episode ran in its receipt (and in each trajectory's copy of it)."""
+    episode.receipt.worker = where
+    d = episode.receipt.to_dict()
+    episode.trajectories = [dataclasses.replace(t, receipt=d) for t in episode.trajectories]
+    return episode
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
