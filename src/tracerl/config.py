@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tracerl.rollout.budget import RolloutConfig
 
@@ -92,6 +92,16 @@ class RolloutBackendConfig(_Config):
     advertise_host: str | None = None
     """The address workers reach the server at; None: `serve_host` (with ``0.0.0.0``,
     this node's address as Ray sees it)."""
+    sampler_url: str | None = None
+    """An OpenAI-compatible server to sample from instead (vLLM, SGLang, `tracerl serve`
+    elsewhere), kept in step with the learner by `weight_sync`."""
+    served_model: str | None = None
+    """The model name that server serves (vLLM's ``--served-model-name``); None: the
+    model's spec."""
+    weight_sync: str = "lora"
+    """How `sampler_url`'s server gets each update: ``lora`` (adapters hot-loaded through
+    ``/v1/load_lora_adapter``; needs ``model.lora``), or ``package.module:factory`` for a
+    full-weight hook (`tracerl.rollout.weight_sync`)."""
 
 
 class TrainerConfig(_Config):
@@ -175,6 +185,19 @@ class RunConfig(_Config):
     """None: RL from the model as loaded."""
     report: ReportConfig = Field(default_factory=lambda: ReportConfig())
 
+    @model_validator(mode="after")
+    def _remote_sampling(self) -> RunConfig:
+        r = self.trainer.rollout
+        if r.sampler_url is not None and r.backend != "ray":
+            raise ValueError("trainer.rollout.sampler_url needs trainer.rollout.backend=ray")
+        if r.sampler_url is not None and r.weight_sync == "lora" and self.model.lora is None:
+            raise ValueError(
+                "trainer.rollout.weight_sync=lora hot-loads LoRA adapters into the server at "
+                "sampler_url: set model.lora, or give a full-weight hook "
+                "(weight_sync: package.module:factory)"
+            )
+        return self
+
     @property
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.name
@@ -217,6 +240,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         where = f"{path}: " if path else ""
         lines = [
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+            if err["loc"]
+            else err["msg"].removeprefix("Value error, ")  # a check across fields
             for err in e.errors()
         ]
         raise ConfigError(where + "; ".join(lines)) from None

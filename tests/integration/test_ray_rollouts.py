@@ -193,3 +193,29 @@ def test_when_every_worker_dies_the_episodes_are_the_environments_failures(clust
         assert e.attribution is Attribution.ENVIRONMENT and not e.gradient_eligible
         assert e.receipt.worker["worker"] is None and e.receipt.worker["failed_attempts"]
         assert "with the episode in flight" in e.receipt.error
+
+
+def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
+    """The workers sample from a server the learner does not own (its own copy of the base
+    model, as a vLLM server would be); after every update the learner's adapters are
+    hot-loaded into it: the run is the in-process run, token for token."""
+    lora = ["model.lora={r: 4, alpha: 8}"]
+    want_run = _train(tmp_path / "inprocess", *lora)
+    base = load("tiny-chars")
+    sampler = BatchedHFSampler(base.model, temperature=1.0, seed=0, max_batch_size=1)
+    server = ServerThread(sampler, "tiny-chars", base.tokenizer, enable_lora=True)
+    url = server.start()
+    try:
+        run = _train(tmp_path / "remote", *lora, *RAY, f"trainer.rollout.sampler_url={url}")
+    finally:
+        server.stop()
+    want, got = _episodes(want_run), _episodes(run)
+    assert got.keys() == want.keys()
+    assert all(got[key] == want[key] for key in want)
+    assert _metrics(run) == _metrics(want_run)
+    # step s was sampled by adapter v<s>, which the server named in its answers
+    for path, t in read_run_trajectories(run):
+        step = int(path.name.split("_")[1].split(".")[0])
+        assert {s.policy_version for s in t.policy_segments()} == {step}
+    assert server.server.model_name == "tiny-chars@v3" and sampler.policy_version == 3
+    assert sorted(p.name for p in (run / "adapters").iterdir()) == ["v2", "v3"]  # the last 2

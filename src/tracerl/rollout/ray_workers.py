@@ -46,6 +46,7 @@ from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.runner import failed_episode, run_episode
+from tracerl.rollout.weight_sync import WeightSync, weight_sync_from_config
 
 RAY_PIP = "pip install 'tracerl[ray]'"
 
@@ -94,9 +95,11 @@ class RolloutWorker:
         seed: int,
         episode_id: str,
         policy_version: int | None,
+        model: str,
     ) -> Episode:
         if policy_version is not None:  # what a receipt says before the server has answered
             self.sampler.policy_version = max(self.sampler.policy_version, policy_version)
+        self.sampler.model = model  # after a weight sync: the new adapter's name
         episode = await run_episode(
             env(), task, self.policy, config, seed=seed, episode_id=episode_id
         )
@@ -138,6 +141,7 @@ class RayRollouts:
         address: str | None = None,
         name: str = "tracerl",
         start_timeout_s: float = 300.0,
+        weight_sync: WeightSync | None = None,
     ) -> None:
         if workers < 1 or max_attempts < 1:
             raise ValueError(
@@ -155,6 +159,8 @@ class RayRollouts:
             ray.init(**kwargs)
             self._owns_ray = True
         self.policy = policy
+        self.served_model = served_model or policy.model_id
+        self.weight_sync = weight_sync
         self.max_attempts = max_attempts
         self.restarts_left = 2 * workers if max_restarts is None else max_restarts
         self.deaths = 0
@@ -171,7 +177,7 @@ class RayRollouts:
             policy.model_id,
             {
                 "base_url": base_url,
-                "model": served_model or policy.model_id,
+                "model": self.served_model,
                 "temperature": temperature,
                 "timeout_s": sampler_timeout_s,
                 "retries": sampler_retries,
@@ -229,7 +235,9 @@ class RayRollouts:
             handle = slot.handle
             slot.in_flight += 1
             try:
-                episode = await handle.run.remote(env, task, config, seed, episode_id, version)
+                episode = await handle.run.remote(
+                    env, task, config, seed, episode_id, version, self.served_model
+                )
             except died as e:
                 failures.append({"worker": slot.index, "error": _first_line(e)})
                 self._died(slot, handle)
@@ -253,6 +261,12 @@ class RayRollouts:
         )
         return _stamp(episode, {"backend": "ray", "worker": None, "failed_attempts": failures})
 
+    def publish(self, model: Any, version: int) -> None:
+        """After an update: the server the workers sample from gets the new weights (a
+        no-op when it is the learner's own server, which shares them)."""
+        if self.weight_sync is not None:
+            self.served_model = self.weight_sync.push(model, version) or self.served_model
+
     def close(self) -> None:
         for s in self.slots if hasattr(self, "slots") else []:
             with contextlib.suppress(Exception):  # already gone
@@ -266,24 +280,32 @@ class RayRollouts:
 def rollout_backend(
     cfg: Any, bundle: Any, sampler: Any, policy: Policy
 ) -> Iterator[RayRollouts | None]:
-    """The run's backend (`trainer.rollout`): None in process; with ``ray``, the learner's
-    completion server over its live weights (`ServerThread`) and the Ray workers that
-    sample from it, both stopped on exit."""
+    """The run's backend (`trainer.rollout`): None in process; with ``ray``, the Ray
+    workers and the server they sample from: the learner's own over its live weights
+    (`ServerThread`), or `sampler_url`'s, kept in step by `weight_sync`. Stopped on exit."""
     rc = cfg.trainer.rollout
     if rc.backend == "inprocess":
         yield None
         return
     from tracerl.rollout.serve import ServerThread
 
-    server = ServerThread(
-        sampler,
-        bundle.spec,
-        bundle.tokenizer,
-        host=rc.serve_host,
-        port=rc.serve_port,
-        advertise=rc.advertise_host,
-    )
-    url = server.start()
+    server, sync = None, None
+    served = rc.served_model or bundle.spec
+    if rc.sampler_url is None:  # the learner serves its live weights: nothing to sync
+        server = ServerThread(
+            sampler,
+            bundle.spec,
+            bundle.tokenizer,
+            host=rc.serve_host,
+            port=rc.serve_port,
+            advertise=rc.advertise_host,
+        )
+        url = server.start()
+    else:
+        url = rc.sampler_url
+        sync = weight_sync_from_config(
+            rc.weight_sync, base_url=url, served_model=served, folder=cfg.run_dir / "adapters"
+        )
     backend = None
     try:
         if rc.serve_host == "0.0.0.0" and rc.advertise_host is None:
@@ -291,7 +313,8 @@ def rollout_backend(
         backend = RayRollouts(
             policy,
             url,
-            served_model=bundle.spec,
+            served_model=served,
+            weight_sync=sync,
             temperature=cfg.model.temperature,
             workers=rc.workers,
             episodes_per_worker=rc.episodes_per_worker,
@@ -304,7 +327,8 @@ def rollout_backend(
     finally:
         if backend is not None:
             backend.close()
-        server.stop()
+        if server is not None:
+            server.stop()
 
 
 def _stamp(episode: Episode, where: dict[str, Any]) -> Episode:

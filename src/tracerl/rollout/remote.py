@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
+from tracerl.rollout.weight_sync import adapter_version
 
 RETRYABLE = {408, 429, 500, 502, 503, 504}
 
@@ -72,6 +73,12 @@ class RemoteSampler:
             "stop_token_ids": sorted(request.stop_token_ids),
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
+            # vLLM leaves a matched stop token out of the output unless asked: the
+            # end-of-turn token is the policy's, with its log-prob, like any other
+            "include_stop_str_in_output": True,
+            # stop where the in-process sampler stops (the template's turn-end ids, sent
+            # above), not at another id a model's generation config calls EOS
+            "ignore_eos": True,
         }
 
     async def sample(self, request: SampleRequest) -> SampleResult:
@@ -106,26 +113,20 @@ class RemoteSampler:
                 "return_tokens_as_token_ids and logprobs (vLLM does, `tracerl serve` does)"
             )
         finish = "stop" if choice.get("finish_reason") == "stop" else "length"
+        if finish == "stop" and tokens[-1] not in request.stop_token_ids:
+            raise ValueError(
+                "the server stopped without returning the stop token among the sampled ids "
+                f"(last token {tokens[-1]}); the end of the turn would be lost from the "
+                "trajectory. It must honour include_stop_str_in_output (vLLM does)"
+            )
         version = answer.get("policy_version")
         if version is None:
-            m = re.search(r"@v(\d+)$", str(answer.get("model", "")))
-            version = int(m.group(1)) if m else self.policy_version
+            version = adapter_version(str(answer.get("model", "")))
+        if version is None:
+            version = self.policy_version
         # the receipt's policy_version is the sampler's: the newest the server has shown
         self.policy_version = max(self.policy_version, int(version))
         return SampleResult(tokens, logprobs, finish, int(version))
-
-    async def load_lora_adapter(self, name: str, path: str) -> None:
-        """Hot-load a LoRA adapter (vLLM's ``/v1/load_lora_adapter``); name it
-        ``<base>@v<policy version>`` so results carry the version."""
-        r = await self._http().post(
-            f"{self.base_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
-        )
-        if r.status_code != 200:
-            raise SamplerUnavailable(f"loading adapter {name!r} failed: HTTP {r.status_code}")
-        self.model = name
-        m = re.search(r"@v(\d+)$", name)
-        if m:
-            self.policy_version = int(m.group(1))
 
     async def close(self) -> None:
         if self._client is not None:

@@ -7,6 +7,10 @@ in-process Hugging Face model (`BatchedHFSampler`: concurrent requests share a b
                               token_logprobs}, finish_reason; and policy_version
     GET  /v1/models        the model this server serves
     GET  /health           200
+    POST /v1/load_lora_adapter, /v1/unload_lora_adapter   {"lora_name", "lora_path"}
+                           with --enable-lora: the adapter is served in place of the one
+                           before, and answers carry its name and version (weight sync to a
+                           server the learner does not own: `tracerl.rollout.weight_sync`)
 
 So the remote path is tested end to end on a CPU, and a CPU box can serve a small policy to
 remote rollout workers. The temperature is the server's: a request asking for another one is
@@ -31,10 +35,14 @@ MAX_BODY = 16 << 20
 
 
 class CompletionServer:
-    def __init__(self, sampler: Any, model_name: str, tokenizer: Any = None) -> None:
+    def __init__(
+        self, sampler: Any, model_name: str, tokenizer: Any = None, *, enable_lora: bool = False
+    ) -> None:
         self.sampler = sampler
         self.model_name = model_name
         self.tokenizer = tokenizer
+        self.enable_lora = enable_lora
+        self.adapters: set[str] = set()
         self.served = 0
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -43,10 +51,17 @@ class CompletionServer:
             return 200, {"status": "ok"}
         if method == "GET" and path == "/v1/models":
             return 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
-        if method == "POST" and path == "/v1/completions":
+        routes = {
+            "/v1/completions": self.complete,
+            "/v1/load_lora_adapter": self.load_lora,
+            "/v1/unload_lora_adapter": self.unload_lora,
+        }
+        if method == "POST" and path in routes:
+            if path != "/v1/completions" and not self.enable_lora:
+                return 404, {"error": {"message": "start the server with --enable-lora"}}
             try:
-                return 200, await self.complete(json.loads(body or b"{}"))
-            except (ValueError, KeyError, TypeError) as e:
+                return 200, await routes[path](json.loads(body or b"{}"))
+            except (ValueError, KeyError, TypeError, OSError) as e:
                 return 400, {"error": {"message": str(e), "type": "invalid_request_error"}}
         return 404, {"error": {"message": f"no route {method} {path}"}}
 
@@ -97,6 +112,26 @@ class CompletionServer:
             },
         }
 
+    async def load_lora(self, req: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's adapter hot-load: here one adapter is served at a time, swapped in place
+        (`load_adapter`); completions answer with its name and version whatever they ask."""
+        from tracerl.rollout.weight_sync import load_adapter
+
+        name, path = str(req["lora_name"]), str(req["lora_path"])
+        version = await asyncio.to_thread(load_adapter, self.sampler, path, name)
+        self.model_name = name
+        self.adapters.add(name)
+        return {"status": "ok", "lora_name": name, "policy_version": version}
+
+    async def unload_lora(self, req: dict[str, Any]) -> dict[str, Any]:
+        name = str(req["lora_name"])
+        if name == self.model_name:
+            raise ValueError(f"{name} is the adapter being served; load another one first")
+        if name not in self.adapters:
+            raise ValueError(f"no adapter {name!r} was loaded")
+        self.adapters.discard(name)
+        return {"status": "ok", "lora_name": name}
+
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         """Listen on `host`:`port` (0: any free port); returns the port. HTTP is the standard
         library's threaded server (as `serve-retriever`'s); each request is answered in this
@@ -128,8 +163,9 @@ class ServerThread:
         host: str = "127.0.0.1",
         port: int = 0,
         advertise: str | None = None,
+        enable_lora: bool = False,
     ) -> None:
-        self.server = CompletionServer(sampler, model_name, tokenizer)
+        self.server = CompletionServer(sampler, model_name, tokenizer, enable_lora=enable_lora)
         self.host, self.port = host, port
         self.advertise = advertise or host
         self._loop = asyncio.new_event_loop()
@@ -201,6 +237,9 @@ def serve_command(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
     max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
+    enable_lora: Annotated[
+        bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
+    ] = False,
 ) -> None:
     """Serve a model over the OpenAI-compatible completion subset (token ids in and out)."""
     from tracerl.models import ModelNotFoundError, load
@@ -212,7 +251,7 @@ def serve_command(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     sampler = BatchedHFSampler(bundle.model, temperature=temperature, max_batch_size=max_batch_size)
-    server = CompletionServer(sampler, model, bundle.tokenizer)
+    server = CompletionServer(sampler, model, bundle.tokenizer, enable_lora=enable_lora)
 
     async def main() -> None:
         bound = await server.start(host, port)

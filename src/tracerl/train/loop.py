@@ -184,6 +184,10 @@ def _train(
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
         return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
 
+    def publish() -> None:  # a server the learner does not own gets the current weights
+        if backend is not None:
+            backend.publish(bundle.model, sampler.policy_version)
+
     async def evaluation_async(step: int) -> dict[str, float]:
         return await evaluate_async(
             cfg, env, probe, policy, reward, sink, step, bars, backend=backend
@@ -195,15 +199,16 @@ def _train(
             _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
+        publish()
         final = evaluation(0, "baseline")
         if cfg.warm_start is not None:
             final = warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend)
-            sampler.policy_version += 1
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
     learner = Learner(bundle.model, learner_config(cfg))
     start = 0
     if ckpt is not None:
         restore(ckpt, bundle.model, learner.optimizer, sampler)
+        publish()
         start = ckpt.step + 1
         _trim_metrics(run_dir, ckpt.step)
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
@@ -225,6 +230,7 @@ def _train(
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""
+        publish()  # before the evaluation after it and the next step's rollouts
         if hasattr(probe, "document"):
             cites = citation_metrics(episodes, probe.document)
             m.update({f"train/{k}": v for k, v in cites.items()})

@@ -161,4 +161,7 @@ def warm_start_stage(
         f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
         f"{m['time/warm_start_s']:.1f} s"
     )
+    policy.sampler.policy_version += 1  # the fine-tuned weights: a new version, evaluated
+    if backend is not None:
+        backend.publish(bundle.model, policy.sampler.policy_version)
     return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start", backend)
