@@ -79,6 +79,40 @@ def episode_seed(seed: int, *parts: Any) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+def finish_episode(run: Any, stop: StopReason) -> Episode:
+    """The finished episode of a runner's per-episode state `run`: whose it is (the
+    environment's if the environment failed it or it ran out of wall time, then the
+    evaluator's, then unknown, else the policy's), its receipt, its trajectories."""
+    # Wall time measures the machine (env latency, sampler queues) as much as the policy:
+    # a timeout is never the policy's signal. Budget its effort with steps and tokens.
+    if stop is StopReason.TIMEOUT or (stop is StopReason.INFRA_FAILURE and not run.unknown_fault):
+        run.env_fault = True
+    if run.env_fault:
+        attribution = Attribution.ENVIRONMENT
+    elif run.eval_fault:
+        attribution = Attribution.EVALUATOR
+    elif run.unknown_fault:
+        attribution = Attribution.UNKNOWN
+    else:
+        attribution = Attribution.POLICY
+    samples = run.conv.samples() if run.conv is not None else [Trajectory(segments=())]
+    sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
+    eligible = attribution is Attribution.POLICY and sampled > 0
+    receipt = build_receipt(run, stop, attribution, eligible)
+    trajectories = [
+        dataclasses.replace(
+            t,
+            steps=tuple({**s, **run.records.get(s["step"], {})} for s in t.steps),
+            receipt=receipt.to_dict(),
+            episode_id=run.episode_id,
+            _cache={},
+        )
+        for t in samples
+    ]
+    steps = [dict(s) for t in trajectories for s in t.steps]
+    return Episode(trajectories, receipt, stop, attribution, eligible, steps)
+
+
 def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible: bool) -> Receipt:
     """The receipt of a finished episode run (`run` is the runner's per-episode state)."""
     env_spec = dict(getattr(run.env, "spec", None) or {"name": run.env.name, "kwargs": {}})

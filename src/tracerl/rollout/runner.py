@@ -33,10 +33,10 @@ from tracerl.envs.base import CallOutcome, Env, Message, StepResult
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.episode import Episode, Policy, build_receipt, episode_seed
+from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
 from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import observation, step_with_retries
-from tracerl.types import Attribution, Fault, FaultKind, StopReason, Trajectory
+from tracerl.types import Attribution, Fault, FaultKind, StopReason
 
 log = logging.getLogger("tracerl")
 Sleep = Callable[[float], Awaitable[None]]
@@ -82,16 +82,13 @@ async def failed_episode(
     episode_id: str,
     error: str,
 ) -> Episode:
-    """An episode the infrastructure never let run (every rollout worker it was sent to
-    died): a receipt with `error`, ``infra_failure``, the environment's, never trained on."""
-    run = _EpisodeRun(
-        env, task, policy, config or RolloutConfig(), seed, episode_id, None, asyncio.sleep, None
-    )
+    """An episode the infrastructure never let run (the workers it was sent to died):
+    ``infra_failure`` with `error`, the environment's, never trained on."""
+    cfg = config or RolloutConfig()
+    run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, None, asyncio.sleep, None)
     run.env_fault, run.error = True, error
-    try:
-        return run._finish(StopReason.INFRA_FAILURE)
-    finally:
-        await env.close()
+    await env.close()
+    return finish_episode(run, StopReason.INFRA_FAILURE)
 
 
 class _EpisodeRun:
@@ -143,7 +140,7 @@ class _EpisodeRun:
             self.unknown_fault = True
             self.error = f"{type(e).__name__}: {e}"
             stop = StopReason.INFRA_FAILURE
-        return self._finish(stop)
+        return finish_episode(self, stop)
 
     async def _loop(self) -> StopReason:
         stop = await self._start()
@@ -401,34 +398,3 @@ class _EpisodeRun:
         rec["reward"] = {"task": None, "attribution": owner.value if owner else None}
 
     # ---- the end ---------------------------------------------------------------------------
-    def _finish(self, stop: StopReason) -> Episode:
-        # Wall time measures the machine (env latency, sampler queues) as much as the policy:
-        # a timeout is never the policy's signal. Budget its effort with steps and tokens.
-        if stop is StopReason.TIMEOUT or (
-            stop is StopReason.INFRA_FAILURE and not self.unknown_fault
-        ):
-            self.env_fault = True
-        if self.env_fault:
-            attribution = Attribution.ENVIRONMENT
-        elif self.eval_fault:
-            attribution = Attribution.EVALUATOR
-        elif self.unknown_fault:
-            attribution = Attribution.UNKNOWN
-        else:
-            attribution = Attribution.POLICY
-        samples = self.conv.samples() if self.conv is not None else [Trajectory(segments=())]
-        sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
-        eligible = attribution is Attribution.POLICY and sampled > 0
-        receipt = build_receipt(self, stop, attribution, eligible)
-        trajectories = [
-            dataclasses.replace(
-                t,
-                steps=tuple({**s, **self.records.get(s["step"], {})} for s in t.steps),
-                receipt=receipt.to_dict(),
-                episode_id=self.episode_id,
-                _cache={},
-            )
-            for t in samples
-        ]
-        steps = [dict(s) for t in trajectories for s in t.steps]
-        return Episode(trajectories, receipt, stop, attribution, eligible, steps)
