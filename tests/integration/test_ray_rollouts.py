@@ -192,7 +192,8 @@ def test_when_every_worker_dies_the_episodes_are_the_environments_failures(clust
         assert e.stop_reason is StopReason.INFRA_FAILURE
         assert e.attribution is Attribution.ENVIRONMENT and not e.gradient_eligible
         assert e.receipt.worker["worker"] is None and e.receipt.worker["failed_attempts"]
-        assert "with the episode in flight" in e.receipt.error
+        assert "died with the episode in flight" in e.receipt.error
+        assert "no live rollout worker is left" in e.receipt.error
 
 
 def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):

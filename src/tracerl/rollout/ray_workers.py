@@ -248,16 +248,16 @@ class RayRollouts:
                 slot.in_flight -= 1
             where = episode.receipt.worker or {}
             return _stamp(episode, {**where, "failed_attempts": failures})
-        why = "no live rollout worker" if not failures else f"{len(failures)} rollout workers died"
+        why = []
+        if failures:
+            deaths = "; ".join(f"worker {f['worker']}: {f['error']}" for f in failures)
+            why.append(
+                f"{len(failures)} rollout worker(s) died with the episode in flight ({deaths})"
+            )
+        if self._pick() is None:
+            why.append("no live rollout worker is left (replacements used up)")
         episode = await failed_episode(
-            env(),
-            task,
-            policy,
-            config,
-            seed=seed,
-            episode_id=episode_id,
-            error=f"{why} with the episode in flight: "
-            + "; ".join(f"worker {f['worker']}: {f['error']}" for f in failures),
+            env(), task, policy, config, seed=seed, episode_id=episode_id, error="; ".join(why)
         )
         return _stamp(episode, {"backend": "ray", "worker": None, "failed_attempts": failures})
 
@@ -292,13 +292,16 @@ def rollout_backend(
     server, sync = None, None
     served = rc.served_model or bundle.spec
     if rc.sampler_url is None:  # the learner serves its live weights: nothing to sync
+        advertise = rc.advertise_host
+        if advertise is None and rc.serve_host == "0.0.0.0":  # this node, as Ray sees it
+            advertise = import_ray().util.get_node_ip_address()
         server = ServerThread(
             sampler,
             bundle.spec,
             bundle.tokenizer,
             host=rc.serve_host,
             port=rc.serve_port,
-            advertise=rc.advertise_host,
+            advertise=advertise,
         )
         url = server.start()
     else:
@@ -308,8 +311,6 @@ def rollout_backend(
         )
     backend = None
     try:
-        if rc.serve_host == "0.0.0.0" and rc.advertise_host is None:
-            url = url.replace("0.0.0.0", import_ray().util.get_node_ip_address())
         backend = RayRollouts(
             policy,
             url,
