@@ -12,12 +12,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import ray
 
+from tests.serve import tracerl_serve
 from tracerl.config import load_config
 from tracerl.envs import get_parser, make
 from tracerl.models import load
+from tracerl.report.html import write_report
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout import ray_workers as rw
 from tracerl.rollout.budget import Budgets, RolloutConfig
@@ -144,6 +147,12 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, in_process, tmp_path, mo
         assert "ActorDiedError" in w["failed_attempts"][0]["error"]
         assert w["worker"] != 0  # finished elsewhere
     assert pools[0].deaths == 1 and len([s for s in pools[0].slots if s.alive]) == 2
+    # the dashboard counts them: infrastructure churn, apart from the policy's curves
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    reruns = [r["rollout/worker_reruns"] for r in rows if r["phase"] == "train"]
+    assert reruns[0] == 0 and reruns[1] == len(retried) / 8
+    html = write_report(run).read_text()
+    assert "episodes rerun after their rollout worker died" in html
 
 
 def test_async_training_through_ray_workers(cluster, tmp_path):
@@ -197,19 +206,14 @@ def test_when_every_worker_dies_the_episodes_are_the_environments_failures(clust
 
 
 def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
-    """The workers sample from a server the learner does not own (its own copy of the base
-    model, as a vLLM server would be); after every update the learner's adapters are
-    hot-loaded into it: the run is the in-process run, token for token."""
+    """The workers sample from a `tracerl serve` the learner does not own (its own copy of
+    the base model, as a vLLM server would be); after every update the learner's adapters
+    are hot-loaded into it: the run is the in-process run, token for token."""
     lora = ["model.lora={r: 4, alpha: 8}"]
     want_run = _train(tmp_path / "inprocess", *lora)
-    base = load("tiny-chars")
-    sampler = BatchedHFSampler(base.model, temperature=1.0, seed=0, max_batch_size=1)
-    server = ServerThread(sampler, "tiny-chars", base.tokenizer, enable_lora=True)
-    url = server.start()
-    try:
+    with tracerl_serve("tiny-chars", "--enable-lora", "--max-batch-size", "1") as url:
         run = _train(tmp_path / "remote", *lora, *RAY, f"trainer.rollout.sampler_url={url}")
-    finally:
-        server.stop()
+        served = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
     want, got = _episodes(want_run), _episodes(run)
     assert got.keys() == want.keys()
     assert all(got[key] == want[key] for key in want)
@@ -218,5 +222,5 @@ def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
     for path, t in read_run_trajectories(run):
         step = int(path.name.split("_")[1].split(".")[0])
         assert {s.policy_version for s in t.policy_segments()} == {step}
-    assert server.server.model_name == "tiny-chars@v3" and sampler.policy_version == 3
+    assert served == "tiny-chars@v3"
     assert sorted(p.name for p in (run / "adapters").iterdir()) == ["v2", "v3"]  # the last 2

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from tests.serve import tracerl_serve
 from tracerl.envs import get_parser, make
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
@@ -106,21 +107,7 @@ def test_a_request_the_server_cannot_honour_is_a_configuration_error(tiny):
 
 
 def test_tracerl_serve_answers_a_remote_sampler(tiny):
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracerl.cli", "serve", "tiny-random", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        line = ""
-        while "serving" not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "tracerl serve exited before serving"
-        url = line.split(" on ", 1)[1].strip().removesuffix("/v1/completions")
+    with tracerl_serve("tiny-random") as url:
         remote = RemoteSampler(url, "tiny-random")
 
         async def one():
@@ -130,10 +117,7 @@ def test_tracerl_serve_answers_a_remote_sampler(tiny):
                 await remote.close()
 
         got = asyncio.run(one())
-        want = BatchedHFSampler(tiny.model, temperature=1.0).generate_batch(
-            [SampleRequest((1, 2, 3), 5, seed=3)]
-        )[0]
-        assert got.token_ids == want.token_ids
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    want = BatchedHFSampler(tiny.model, temperature=1.0).generate_batch(
+        [SampleRequest((1, 2, 3), 5, seed=3)]
+    )[0]
+    assert got.token_ids == want.token_ids

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from tests.serve import tracerl_serve
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.sampler import SampleRequest
@@ -41,19 +40,7 @@ async def _sample(url: str, model: str):
 
 
 def test_tracerl_serve_hot_loads_adapters_and_answers_with_their_version(tiny, tmp_path):
-    cmd = ["tracerl.cli", "serve", "tiny-random", "--port", "0", "--enable-lora"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *cmd],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        line = ""
-        while "serving" not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "tracerl serve exited before serving"
-        url = line.split(" on ", 1)[1].strip().removesuffix("/v1/completions")
+    with tracerl_serve("tiny-random", "--enable-lora") as url:
         before = asyncio.run(_sample(url, "tiny-random"))
         learner = _trained_lora(tiny)
         sync = LoraAdapterSync(url, "tiny-random", tmp_path / "adapters", keep=1)
@@ -61,9 +48,6 @@ def test_tracerl_serve_hot_loads_adapters_and_answers_with_their_version(tiny, t
         assert names == ["tiny-random@v4", "tiny-random@v5"]
         assert [p.name for p in (tmp_path / "adapters").iterdir()] == ["v5"]  # v4 unloaded
         after = asyncio.run(_sample(url, names[-1]))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     want = BatchedHFSampler(learner, temperature=1.0).generate_batch([REQUEST])[0]
     assert before.policy_version == 0 and after.policy_version == 5
     assert after.token_ids == want.token_ids  # the learner's weights, not the base model's

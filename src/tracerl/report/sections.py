@@ -171,6 +171,14 @@ def quality(d: RunData) -> str:
             "–",
         ],
     ]
+    if any(r.get("rollout/worker_reruns") for r in d.train):  # Ray workers died in this run
+        rows.append(
+            [
+                "episodes rerun after their rollout worker died (run mean)",
+                pct(_mean(d.train, "rollout/worker_reruns")),
+                "–",
+            ]
+        )
     return table(["", "training (last step)", f"last eval ({split})"], rows, {1, 2})
 
 

@@ -211,6 +211,11 @@ def rollout_metrics(
         / n
     )
     m["rollout/retries"] = sum(max(0, len(s.get("attempts", [])) - 1) for s in steps)
+    # rollout workers (`trainer.rollout.backend: ray`) that died with the episode in flight:
+    # it was run again elsewhere, or (none left) ended as an infrastructure failure
+    m["rollout/worker_reruns"] = (
+        sum(bool((e.receipt.worker or {}).get("failed_attempts")) for e in episodes) / n
+    )
     for key in ("steps", "tool_calls", "sampled_tokens", "write_actions"):
         m[f"cost/{key}_mean"] = sum(e.receipt.ledger["used"][key] for e in episodes) / n
     m["cost/tool_latency_ms_mean"] = (

@@ -185,10 +185,19 @@ class ServerThread:
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result()
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()
+
+    async def _shutdown(self) -> None:
+        """Stop listening, then cancel what still runs here (the sampler's batching task,
+        which the next loop to sample restarts)."""
+        await self.server.stop()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
 
 def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
