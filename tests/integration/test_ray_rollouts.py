@@ -31,6 +31,10 @@ from tracerl.rollout.serve import ServerThread
 from tracerl.train.loop import train
 from tracerl.types import Attribution, StopReason
 
+# A hang (a worker that never answers) fails its test instead of holding CI; each takes
+# ~10 s here.
+pytestmark = pytest.mark.timeout(300)
+
 # Small, and slow enough that a kill finds episodes in flight: one request sampled at a time
 # (also what makes the two paths bit-identical), a few turns of a few dozen tokens each.
 ARGS = [
