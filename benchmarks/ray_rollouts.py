@@ -33,7 +33,7 @@ from tracerl.models.render import ChatRenderer
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups
-from tracerl.rollout.ray_workers import RayRollouts
+from tracerl.rollout.ray_workers import PoolSettings, RayRollouts
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.runner import Policy
 from tracerl.rollout.serve import ServerThread
@@ -87,9 +87,8 @@ def main() -> None:
     results: dict[str, float] = {}
     try:
         for n in (1, 2):
-            pool = RayRollouts(
-                policy, url, workers=n, episodes_per_worker=args.per_worker, worker_cpus=0.5
-            )
+            settings = PoolSettings(workers=n, episodes_per_worker=args.per_worker, worker_cpus=0.5)
+            pool = RayRollouts(policy, url, settings=settings)
             try:  # a warm-up episode per worker, then the measured batch
                 asyncio.run(
                     timed(slow_env(1), tasks[: 2 * n], policy, concurrency=2 * n, backend=pool)
@@ -108,7 +107,7 @@ def main() -> None:
         seq = tasks[: args.sequential]
         remote = RemoteSampler(url, "scripted", temperature=1.0)
         http_policy = Policy(remote, renderer, parser, "tiny-random")
-        pool = RayRollouts(policy, url, workers=1, worker_cpus=0.5)
+        pool = RayRollouts(policy, url, settings=PoolSettings(workers=1, worker_cpus=0.5))
         try:
             asyncio.run(timed(plain_env, seq[:2], policy, concurrency=1, backend=pool))  # warm
             per = {

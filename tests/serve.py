@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 
@@ -22,6 +23,8 @@ def tracerl_serve(*args: str) -> Iterator[str]:
         while "serving" not in line:
             line = proc.stdout.readline()
             assert line or proc.poll() is None, "tracerl serve exited before serving"
+        # keep reading what it prints, so a chatty server never blocks on a full pipe
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
         yield line.split(" on ", 1)[1].strip().removesuffix("/v1/completions")
     finally:
         proc.terminate()

@@ -81,7 +81,12 @@ class RolloutBackendConfig(_Config):
     worker_cpus: float = Field(1.0, gt=0)
     """CPUs Ray reserves per worker (tool-bound workers need little)."""
     max_attempts: int = Field(3, ge=1)
-    """Worker deaths an episode may see before it is an infrastructure failure."""
+    """Losses of its worker an episode may see before it is an infrastructure failure."""
+    max_restarts: int | None = Field(None, ge=0)
+    """Replacement workers over the run; None: twice `workers`. With none left and no live
+    worker, the run stops (resume it once the cause is fixed)."""
+    sampler_timeout_s: float = Field(600.0, gt=0)
+    """How long a worker waits for one turn from the server (queueing included)."""
     address: str | None = None
     """A Ray cluster to join (``auto``: this node's); None starts a local one."""
     serve_host: str = "127.0.0.1"

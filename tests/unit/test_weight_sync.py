@@ -19,6 +19,7 @@ from tracerl.rollout.weight_sync import LoraAdapterSync, weight_sync_from_config
 from tracerl.train.lora import apply_lora
 
 REQUEST = SampleRequest((1, 2, 3, 4), 6, seed=11)
+pytestmark = pytest.mark.timeout(300)  # servers in threads and processes: never hang CI
 
 
 def _trained_lora(tiny):
@@ -45,7 +46,7 @@ def test_tracerl_serve_hot_loads_adapters_and_answers_with_their_version(tiny, t
         learner = _trained_lora(tiny)
         sync = LoraAdapterSync(url, "tiny-random", tmp_path / "adapters", keep=1)
         names = [sync.push(learner, v) for v in (4, 5)]
-        assert names == ["tiny-random@v4", "tiny-random@v5"]
+        assert names == [f"tiny-random-{sync.tag}@v4", f"tiny-random-{sync.tag}@v5"]
         assert [p.name for p in (tmp_path / "adapters").iterdir()] == ["v5"]  # v4 unloaded
         after = asyncio.run(_sample(url, names[-1]))
     want = BatchedHFSampler(learner, temperature=1.0).generate_batch([REQUEST])[0]
@@ -63,6 +64,30 @@ def test_a_server_without_lora_loading_says_how_to_start_it(tiny, tmp_path):
             LoraAdapterSync(url, "tiny-random", tmp_path).push(_trained_lora(tiny), 1)
         with pytest.raises(ValueError, match=r"set model\.lora"):
             LoraAdapterSync(url, "tiny-random", tmp_path).push(tiny.model, 1)
+    finally:
+        server.stop()
+
+
+def test_a_resumed_run_loads_its_adapters_beside_those_of_the_run_that_crashed(tiny, tmp_path):
+    """As vLLM, the server refuses a name it holds and answers 404 for a model it does not
+    have; a weight sync names its adapters for its own process, so a resume (or a second
+    run) on the same server loads v<n> again under a new name."""
+    sampler = BatchedHFSampler(copy.deepcopy(tiny.model))
+    server = ServerThread(sampler, "tiny-random", enable_lora=True)
+    url = server.start()
+    learner = _trained_lora(tiny)
+    try:
+        crashed = LoraAdapterSync(url, "tiny-random", tmp_path / "a")
+        name = crashed.push(learner, 1)
+        with pytest.raises(RuntimeError, match="already been loaded"):
+            crashed._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": "x"})
+        resumed = LoraAdapterSync(url, "tiny-random", tmp_path / "b")
+        again = resumed.push(learner, 1)
+        assert again != name and again.endswith("@v1")
+        got = asyncio.run(_sample(url, again))
+        assert got.policy_version == 1
+        with pytest.raises(ValueError, match=r"HTTP 404.*does not exist"):
+            asyncio.run(_sample(url, "tiny-random-deadbeef@v9"))
     finally:
         server.stop()
 

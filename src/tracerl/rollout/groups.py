@@ -44,6 +44,11 @@ class RolloutBackend(Protocol):
     ) -> Episode: ...
 
 
+def in_flight_limit(default: int, backend: RolloutBackend | None) -> int:
+    """Episodes to keep in flight: `default` in process, the backend's capacity if it says."""
+    return getattr(backend, "capacity", default) if backend is not None else default
+
+
 def _factory(env: EnvSource) -> Callable[[], Env]:
     return (lambda: make(env)) if isinstance(env, str) else env
 
@@ -139,8 +144,9 @@ async def run_groups(
     score: ScoreFn | None = None,
     backend: RolloutBackend | None = None,
 ) -> list[list[Episode]]:
-    """One group per task, all running concurrently within the episode limit."""
-    limit = asyncio.Semaphore(max_concurrent_episodes)
+    """One group per task, all running concurrently within the episode limit (a backend's
+    own capacity when it has one: Ray workers x episodes per worker)."""
+    limit = asyncio.Semaphore(in_flight_limit(max_concurrent_episodes, backend))
     groups = [
         run_group(
             env,

@@ -46,6 +46,7 @@ from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.runner import failed_episode, run_episode
+from tracerl.rollout.sampler import SampleRequest
 from tracerl.rollout.weight_sync import WeightSync, weight_sync_from_config
 
 RAY_PIP = "pip install 'tracerl[ray]'"
@@ -85,7 +86,21 @@ class RolloutWorker:
         }
 
     async def ready(self) -> dict[str, Any]:
+        """Started, and the server answers this worker (reachable from its node, the model
+        name and temperature accepted): one token, before any episode is sent here."""
+        try:
+            await self.sampler.sample(SampleRequest((0,), 1, seed=0))
+        except Exception as e:
+            raise RuntimeError(
+                f"rollout worker {self.where['worker']} on {self.where['node']} cannot sample "
+                f"from {self.sampler.base_url} ({type(e).__name__}: {e}); workers on other "
+                "nodes need trainer.rollout.serve_host: 0.0.0.0 (or advertise_host)"
+            ) from None
         return self.where
+
+    async def set_model(self, model: str) -> None:
+        """After a weight sync: the next turn of every episode here asks for `model`."""
+        self.sampler.model = model
 
     async def run(
         self,
@@ -99,7 +114,7 @@ class RolloutWorker:
     ) -> Episode:
         if policy_version is not None:  # what a receipt says before the server has answered
             self.sampler.policy_version = max(self.sampler.policy_version, policy_version)
-        self.sampler.model = model  # after a weight sync: the new adapter's name
+        self.sampler.model = model
         episode = await run_episode(
             env(), task, self.policy, config, seed=seed, episode_id=episode_id
         )
@@ -115,14 +130,32 @@ class _Slot:
     alive: bool = True
 
 
+@dataclass
+class PoolSettings:
+    """How a `RayRollouts` pool runs (see `tracerl.config.RolloutBackendConfig`)."""
+
+    workers: int = 2
+    episodes_per_worker: int = 32
+    worker_cpus: float = 1.0
+    max_attempts: int = 3
+    """Losses of its worker an episode may see before it is an infrastructure failure."""
+    max_restarts: int | None = None
+    """Replacement workers over the pool's life; None: twice `workers`."""
+    sampler_timeout_s: float = 600.0
+    sampler_retries: int = 3
+    address: str | None = None
+    """A Ray cluster to join (``auto``: this node's); None: a local one of our own."""
+    name: str = "tracerl"
+    start_timeout_s: float = 300.0
+
+
 class RayRollouts:
-    """The `RolloutBackend` that runs episodes in `workers` Ray actors.
+    """The `RolloutBackend` that runs episodes in Ray actors (`PoolSettings`).
 
     `base_url`/`served_model`: the completion server the workers sample from, at the
-    policy's temperature. `address`: a Ray cluster to join (``auto``: the one this node
-    belongs to); None starts a local one, sized so the workers fit, and shuts it down on
-    `close()`. `max_attempts`: deaths an episode may see before it is an infrastructure
-    failure; `max_restarts`: replacement workers started over the pool's life."""
+    policy's temperature; `weight_sync` keeps it in step with the learner when the learner
+    does not serve its weights itself (`publish`). Without a running Ray, a local cluster
+    is started, sized so the workers fit, and shut down on `close()`."""
 
     def __init__(
         self,
@@ -131,68 +164,60 @@ class RayRollouts:
         *,
         served_model: str | None = None,
         temperature: float = 1.0,
-        workers: int = 2,
-        episodes_per_worker: int = 32,
-        worker_cpus: float = 1.0,
-        max_attempts: int = 3,
-        max_restarts: int | None = None,
-        sampler_timeout_s: float = 120.0,
-        sampler_retries: int = 3,
-        address: str | None = None,
-        name: str = "tracerl",
-        start_timeout_s: float = 300.0,
         weight_sync: WeightSync | None = None,
+        settings: PoolSettings | None = None,
     ) -> None:
-        if workers < 1 or max_attempts < 1:
+        p = settings or PoolSettings()
+        if p.workers < 1 or p.max_attempts < 1:
             raise ValueError(
                 f"RayRollouts: need workers >= 1 and max_attempts >= 1, got "
-                f"{workers} and {max_attempts}"
+                f"{p.workers} and {p.max_attempts}"
             )
         ray = import_ray()
-        self._ray = ray
-        self._owns_ray = False
+        self._ray, self._owns_ray, self.slots = ray, False, []
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"address": address, "include_dashboard": False}
-            if address is None:  # a local cluster: big enough for the workers asked for
-                cpus = max(os.cpu_count() or 1, math.ceil(workers * worker_cpus))
-                kwargs |= {"num_cpus": cpus, "object_store_memory": 256 << 20}
-            ray.init(**kwargs)
+            if p.address is None:  # a cluster of our own, not RAY_ADDRESS's, big enough
+                cpus = max(os.cpu_count() or 1, math.ceil(p.workers * p.worker_cpus))
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    object_store_memory=256 << 20,
+                    include_dashboard=False,
+                )
+            else:
+                ray.init(address=p.address)
             self._owns_ray = True
         self.policy = policy
         self.served_model = served_model or policy.model_id
         self.weight_sync = weight_sync
-        self.max_attempts = max_attempts
-        self.restarts_left = 2 * workers if max_restarts is None else max_restarts
+        self.max_attempts = p.max_attempts
+        self.restarts_left = 2 * p.workers if p.max_restarts is None else p.max_restarts
+        self.capacity = p.workers * p.episodes_per_worker
+        """Episodes the pool runs at once: what the trainer keeps in flight."""
         self.deaths = 0
-        self._name = f"{name}-{uuid.uuid4().hex[:6]}"
-        self._actor = ray.remote(RolloutWorker)
-        self._options = {
-            "num_cpus": worker_cpus,
-            "max_concurrency": episodes_per_worker,
-            "max_restarts": 0,  # a replacement is ours to start (see `_died`)
-        }
-        self._args = (
-            ray.put(policy.renderer),
-            policy.parser,
-            policy.model_id,
-            {
+        self._name = f"{p.name}-{uuid.uuid4().hex[:6]}"
+        self._next_index = 0
+        try:
+            self._actor = ray.remote(RolloutWorker)
+            self._options = {
+                "num_cpus": p.worker_cpus,
+                "max_concurrency": p.episodes_per_worker,
+                "max_restarts": 0,  # a replacement is ours to start (see `_died`)
+            }
+            sampler = {
                 "base_url": base_url,
                 "model": self.served_model,
                 "temperature": temperature,
-                "timeout_s": sampler_timeout_s,
-                "retries": sampler_retries,
-            },
-        )
-        self._next_index = 0
-        self.slots = [self._start() for _ in range(workers)]
-        try:
-            ray.get([s.handle.ready.remote() for s in self.slots], timeout=start_timeout_s)
+                "timeout_s": p.sampler_timeout_s,
+                "retries": p.sampler_retries,
+            }
+            self._args = (ray.put(policy.renderer), policy.parser, policy.model_id, sampler)
+            self.slots = [self._start() for _ in range(p.workers)]
+            ray.get([s.handle.ready.remote() for s in self.slots], timeout=p.start_timeout_s)
         except Exception as e:
             self.close()
-            raise RuntimeError(
-                f"Ray rollout workers did not start within {start_timeout_s:.0f} s "
-                f"({type(e).__name__}: {e}); check `ray status` for free CPUs and memory"
-            ) from e
+            cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
+            raise RuntimeError(f"Ray rollout workers did not start: {cause}") from None
 
     def _start(self) -> _Slot:
         index, self._next_index = self._next_index, self._next_index + 1
@@ -210,6 +235,8 @@ class RayRollouts:
             return
         self.deaths += 1
         slot.alive = False
+        with contextlib.suppress(Exception):  # unreachable rather than dead: free its CPUs
+            self._ray.kill(handle, no_restart=True)
         if self.restarts_left > 0:
             self.restarts_left -= 1
             self.slots[self.slots.index(slot)] = self._start()
@@ -230,45 +257,55 @@ class RayRollouts:
         version = getattr(policy.sampler, "policy_version", None)
         for _ in range(self.max_attempts):
             slot = self._pick()
-            if slot is None:
-                break
+            if slot is None:  # nothing can run: stop the run (a resume starts a new pool)
+                raise RuntimeError(
+                    f"no live rollout worker is left: {self.deaths} died and the "
+                    "replacements (trainer.rollout.max_restarts) are used up; the Ray logs "
+                    "(/tmp/ray/session_latest/logs) say why; then --resume"
+                )
             handle = slot.handle
             slot.in_flight += 1
             try:
                 episode = await handle.run.remote(
                     env, task, config, seed, episode_id, version, self.served_model
                 )
-            except died as e:
-                failures.append({"worker": slot.index, "error": _first_line(e)})
-                self._died(slot, handle)
-                continue
             except ray.exceptions.RayTaskError as e:  # the episode loop itself raised
                 raise e.as_instanceof_cause() from None
+            except ray.exceptions.RayError as e:  # the worker, its node or the result lost
+                failures.append({"worker": slot.index, "error": _first_line(e)})
+                if isinstance(e, died):
+                    self._died(slot, handle)
+                continue
             finally:
                 slot.in_flight -= 1
             where = episode.receipt.worker or {}
             return _stamp(episode, {**where, "failed_attempts": failures})
-        why = []
-        if failures:
-            deaths = "; ".join(f"worker {f['worker']}: {f['error']}" for f in failures)
-            why.append(
-                f"{len(failures)} rollout worker(s) died with the episode in flight ({deaths})"
-            )
-        if self._pick() is None:
-            why.append("no live rollout worker is left (replacements used up)")
+        lost = "; ".join(f"worker {f['worker']}: {f['error']}" for f in failures)
         episode = await failed_episode(
-            env(), task, policy, config, seed=seed, episode_id=episode_id, error="; ".join(why)
+            env(),
+            task,
+            policy,
+            config,
+            seed=seed,
+            episode_id=episode_id,
+            error=f"its rollout worker was lost {len(failures)} times ({lost})",
         )
         return _stamp(episode, {"backend": "ray", "worker": None, "failed_attempts": failures})
 
     def publish(self, model: Any, version: int) -> None:
-        """After an update: the server the workers sample from gets the new weights (a
-        no-op when it is the learner's own server, which shares them)."""
-        if self.weight_sync is not None:
-            self.served_model = self.weight_sync.push(model, version) or self.served_model
+        """After an update: the server the workers sample from gets the new weights, and
+        the workers the name to ask for (a no-op when the learner serves its own weights)."""
+        if self.weight_sync is None:
+            return
+        name = self.weight_sync.push(model, version)
+        if name and name != self.served_model:
+            self.served_model = name
+            acks = [s.handle.set_model.remote(name) for s in self.slots if s.alive]
+            with contextlib.suppress(self._ray.exceptions.RayError):  # a lost one is retried
+                self._ray.get(acks, timeout=60)
 
     def close(self) -> None:
-        for s in self.slots if hasattr(self, "slots") else []:
+        for s in self.slots:
             with contextlib.suppress(Exception):  # already gone
                 self._ray.kill(s.handle)
         if self._owns_ray:
@@ -303,26 +340,33 @@ def rollout_backend(
             port=rc.serve_port,
             advertise=advertise,
         )
-        url = server.start()
     else:
-        url = rc.sampler_url
         sync = weight_sync_from_config(
-            rc.weight_sync, base_url=url, served_model=served, folder=cfg.run_dir / "adapters"
+            rc.weight_sync,
+            base_url=rc.sampler_url,
+            served_model=served,
+            folder=cfg.run_dir / "adapters",
         )
+    settings = PoolSettings(
+        workers=rc.workers,
+        episodes_per_worker=rc.episodes_per_worker,
+        worker_cpus=rc.worker_cpus,
+        max_attempts=rc.max_attempts,
+        max_restarts=rc.max_restarts,
+        sampler_timeout_s=rc.sampler_timeout_s,
+        address=rc.address,
+        name=f"tracerl-{cfg.name}",
+    )
     backend = None
     try:
+        url = server.start() if server is not None else rc.sampler_url
         backend = RayRollouts(
             policy,
             url,
             served_model=served,
-            weight_sync=sync,
             temperature=cfg.model.temperature,
-            workers=rc.workers,
-            episodes_per_worker=rc.episodes_per_worker,
-            worker_cpus=rc.worker_cpus,
-            max_attempts=rc.max_attempts,
-            address=rc.address,
-            name=f"tracerl-{cfg.name}",
+            weight_sync=sync,
+            settings=settings,
         )
         yield backend
     finally:

@@ -34,12 +34,17 @@ from tracerl.rollout.sampler import SampleRequest
 MAX_BODY = 16 << 20
 
 
+class NotFound(Exception):
+    """A model or adapter this server does not have: HTTP 404, as vLLM answers."""
+
+
 class CompletionServer:
     def __init__(
         self, sampler: Any, model_name: str, tokenizer: Any = None, *, enable_lora: bool = False
     ) -> None:
         self.sampler = sampler
-        self.model_name = model_name
+        self.base_name = model_name
+        self.model_name = model_name  # what answers are sampled by: the newest adapter
         self.tokenizer = tokenizer
         self.enable_lora = enable_lora
         self.adapters: set[str] = set()
@@ -61,11 +66,20 @@ class CompletionServer:
                 return 404, {"error": {"message": "start the server with --enable-lora"}}
             try:
                 return 200, await routes[path](json.loads(body or b"{}"))
+            except NotFound as e:  # a model this server does not have (as vLLM: 404)
+                return 404, {"error": {"message": str(e), "type": "NotFoundError"}}
             except (ValueError, KeyError, TypeError, OSError) as e:
                 return 400, {"error": {"message": str(e), "type": "invalid_request_error"}}
+            except Exception as e:  # answered, never a dropped connection
+                return 500, {"error": {"message": f"{type(e).__name__}: {e}"}}
         return 404, {"error": {"message": f"no route {method} {path}"}}
 
     async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+        name = req.get("model")
+        if name is not None and name != self.base_name and name not in self.adapters:
+            raise NotFound(f"the model {name!r} does not exist here; /v1/models lists it")
+        if "prompt" not in req:
+            raise ValueError("a completion request needs a prompt (token ids)")
         prompt = req["prompt"]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             if len(prompt) != 1:
@@ -117,18 +131,22 @@ class CompletionServer:
         (`load_adapter`); completions answer with its name and version whatever they ask."""
         from tracerl.rollout.weight_sync import load_adapter
 
+        if "lora_name" not in req or "lora_path" not in req:
+            raise ValueError("load_lora_adapter needs lora_name and lora_path")
         name, path = str(req["lora_name"]), str(req["lora_path"])
+        if name in self.adapters or name == self.base_name:
+            raise ValueError(f"the lora adapter {name!r} has already been loaded")
         version = await asyncio.to_thread(load_adapter, self.sampler, path, name)
         self.model_name = name
         self.adapters.add(name)
         return {"status": "ok", "lora_name": name, "policy_version": version}
 
     async def unload_lora(self, req: dict[str, Any]) -> dict[str, Any]:
-        name = str(req["lora_name"])
+        name = str(req.get("lora_name"))
         if name == self.model_name:
             raise ValueError(f"{name} is the adapter being served; load another one first")
         if name not in self.adapters:
-            raise ValueError(f"no adapter {name!r} was loaded")
+            raise NotFound(f"no adapter {name!r} was loaded")
         self.adapters.discard(name)
         return {"status": "ok", "lora_name": name}
 

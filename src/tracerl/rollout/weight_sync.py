@@ -6,8 +6,10 @@ token it samples must say which version it came from.
 
 * `LoraAdapterSync` (``trainer.rollout.weight_sync: lora``, needs ``model.lora``): writes the
   adapters (a few MB) to ``RUN/adapters/v<version>``, hot-loads them through the server's
-  ``POST /v1/load_lora_adapter`` under the name ``<served model>@v<version>``, unloads
-  adapters older than the last `keep`, and deletes their folders. The server answers
+  ``POST /v1/load_lora_adapter`` under the name ``<served model>-<tag>@v<version>`` (the
+  tag is this process's: a server refuses a name it holds, and keeps the adapters of a run
+  that crashed), unloads adapters older than the last `keep`, and deletes their folders.
+  The rollout workers switch to the new name before the next episode or turn. The server answers
   requests for that name with the new weights and returns the name, so each result carries
   its version (`RemoteSampler`). The folder must be readable by the server at the same path
   (a shared file system when the server is on another machine).
@@ -27,6 +29,7 @@ from __future__ import annotations
 import importlib
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,12 +55,16 @@ class LoraAdapterSync:
         *,
         keep: int = 2,
         timeout_s: float = 60.0,
+        tag: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.served_model = served_model
         self.folder = Path(folder)
         self.keep = max(1, keep)
         self.timeout_s = timeout_s
+        # adapter names are unique to this process: a server keeps the adapters of a run
+        # that crashed (or of another run), and refuses a name it already holds
+        self.tag = tag or uuid.uuid4().hex[:8]
         self.loaded: list[tuple[str, Path]] = []
 
     def _post(self, route: str, body: dict[str, Any]) -> None:
@@ -68,12 +75,14 @@ class LoraAdapterSync:
             r = httpx.post(url, json=body, timeout=self.timeout_s)
         except httpx.HTTPError as e:
             raise RuntimeError(f"weight sync: {url} unreachable: {type(e).__name__}: {e}") from e
-        if r.status_code != 200:
+        if r.status_code == 404 and "adapter" not in r.text:  # no such route
             raise RuntimeError(
-                f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}; a vLLM "
-                "server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, "
-                "`tracerl serve` needs --enable-lora"
+                f"weight sync: {url} answered HTTP 404 ({r.text[:200]}): a vLLM server needs "
+                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, `tracerl serve` "
+                "needs --enable-lora"
             )
+        if r.status_code != 200:
+            raise RuntimeError(f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}")
 
     def push(self, model: Any, version: int) -> str:
         from tracerl.train.lora import is_lora
@@ -83,7 +92,7 @@ class LoraAdapterSync:
                 "trainer.rollout.weight_sync=lora needs LoRA adapters (set model.lora); "
                 "full weights need a weight_sync hook of your own (package.module:factory)"
             )
-        name = f"{self.served_model}@v{version}"
+        name = f"{self.served_model}-{self.tag}@v{version}"
         path = (self.folder / f"v{version}").resolve()
         model.save_pretrained(path)
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})

@@ -41,7 +41,7 @@ from typing import Any
 
 from tracerl.algos.staleness import staleness_scales
 from tracerl.report.run import LEDGER_FILE, read_ledger
-from tracerl.rollout.groups import RolloutBackend, group_episode_id, run_group
+from tracerl.rollout.groups import RolloutBackend, group_episode_id, in_flight_limit, run_group
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.grpo import GRPOConfig, RewardFn, update_on_groups
@@ -215,7 +215,7 @@ async def _produce(
 ) -> None:
     """Groups in batch order, each started as soon as fewer than `cap` are outstanding;
     it runs until the consumer cancels it."""
-    limit = asyncio.Semaphore(grpo.max_concurrent_episodes)
+    limit = asyncio.Semaphore(in_flight_limit(grpo.max_concurrent_episodes, backend))
     running: set[asyncio.Task[None]] = set()
 
     async def group(b: int, i: int, task: dict[str, Any], w: Any, reuse: dict) -> None:

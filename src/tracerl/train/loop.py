@@ -205,6 +205,8 @@ def _train(
             final = warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend)
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
     learner = Learner(bundle.model, learner_config(cfg))
+    if backend is not None:  # a served turn may still run (for a lost worker) during an update
+        learner.weights_lock = sampler._model_lock
     start = 0
     if ckpt is not None:
         restore(ckpt, bundle.model, learner.optimizer, sampler)
@@ -230,7 +232,6 @@ def _train(
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""
-        publish()  # before the evaluation after it and the next step's rollouts
         if hasattr(probe, "document"):
             cites = citation_metrics(episodes, probe.document)
             m.update({f"train/{k}": v for k, v in cites.items()})
@@ -247,6 +248,7 @@ def _train(
             )
         if stop.requested:
             log(f"stopped by a signal after step {step}; checkpoint written")
+        publish()  # before the evaluation after the step and the next step's rollouts
         return not stop.requested
 
     def evaluate_after(step: int) -> bool:
