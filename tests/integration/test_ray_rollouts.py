@@ -252,3 +252,12 @@ def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
         assert {s.policy_version for s in t.policy_segments()} == {step}
     assert re.fullmatch(r"tiny-chars-[0-9a-f]{8}@v3", served)  # this run's own adapter
     assert sorted(p.name for p in (run / "adapters").iterdir()) == ["v2", "v3"]  # the last 2
+
+
+def test_a_server_the_workers_cannot_reach_is_a_start_up_error(cluster):
+    tiny = load("tiny-random")
+    policy = Policy(BatchedHFSampler(tiny.model), tiny.renderer, get_parser("json_list"), "t")
+    settings = rw.PoolSettings(workers=1, worker_cpus=0.5, sampler_retries=0)
+    with pytest.raises(RuntimeError, match=r"rollout worker 0 on .* cannot sample from "):
+        rw.RayRollouts(policy, "http://127.0.0.1:9", settings=settings)
+    assert ray.is_initialized()  # the cluster it did not start is left alone

@@ -20,9 +20,9 @@ receipts; the trainer, the run directory and the report see no difference.
 A worker that dies (process killed, out of memory, node lost) fails every episode in flight
 on it. Each of those is run again from the start (fresh env, same seed) on another live
 worker, and a replacement is started for the dead one; the receipt's ``worker`` lists the
-failed attempts. An episode whose workers died `max_attempts` times, or that finds no live
-worker left, ends as ``infra_failure``: the environment's, never trained on. Nothing is
-dropped silently. Re-running from the start is safe because an environment instance is per
+failed attempts. An episode that lost its worker `max_attempts` times ends as
+``infra_failure``: the environment's, never trained on. Nothing is dropped silently. With no
+live worker left and no replacement allowed, nothing can run and the run stops. Re-running from the start is safe because an environment instance is per
 episode; a write action against a real service should run under a dry-run guard.
 
 An exception inside the episode loop is not a death: the runner already turns every crash it
