@@ -88,7 +88,7 @@ def main() -> None:
     try:
         for n in (1, 2):
             settings = PoolSettings(workers=n, episodes_per_worker=args.per_worker, worker_cpus=0.5)
-            pool = RayRollouts(policy, url, settings=settings)
+            pool = RayRollouts(policy, url, served_model="scripted", settings=settings)
             try:  # a warm-up episode per worker, then the measured batch
                 asyncio.run(
                     timed(slow_env(1), tasks[: 2 * n], policy, concurrency=2 * n, backend=pool)
@@ -107,7 +107,8 @@ def main() -> None:
         seq = tasks[: args.sequential]
         remote = RemoteSampler(url, "scripted", temperature=1.0)
         http_policy = Policy(remote, renderer, parser, "tiny-random")
-        pool = RayRollouts(policy, url, settings=PoolSettings(workers=1, worker_cpus=0.5))
+        one = PoolSettings(workers=1, episodes_per_worker=1, worker_cpus=0.5)  # one at a time
+        pool = RayRollouts(policy, url, served_model="scripted", settings=one)
         try:
             asyncio.run(timed(plain_env, seq[:2], policy, concurrency=1, backend=pool))  # warm
             per = {

@@ -22,8 +22,9 @@ on it. Each of those is run again from the start (fresh env, same seed) on anoth
 worker, and a replacement is started for the dead one; the receipt's ``worker`` lists the
 failed attempts. An episode that lost its worker `max_attempts` times ends as
 ``infra_failure``: the environment's, never trained on. Nothing is dropped silently. With no
-live worker left and no replacement allowed, nothing can run and the run stops. Re-running from the start is safe because an environment instance is per
-episode; a write action against a real service should run under a dry-run guard.
+live worker left and no replacement allowed, nothing can run and the run stops. Re-running
+from the start is safe because an environment instance is per episode; a write action
+against a real service should run under a dry-run guard.
 
 An exception inside the episode loop is not a death: the runner already turns every crash it
 can into a recorded episode, so what escapes (a factory that cannot build the env on that
@@ -46,7 +47,7 @@ from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.runner import failed_episode, run_episode
-from tracerl.rollout.sampler import SampleRequest
+from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable
 from tracerl.rollout.weight_sync import WeightSync, weight_sync_from_config
 
 RAY_PIP = "pip install 'tracerl[ray]'"
@@ -91,10 +92,15 @@ class RolloutWorker:
         try:
             await self.sampler.sample(SampleRequest((0,), 1, seed=0))
         except Exception as e:
+            hint = (
+                "; workers on other nodes need trainer.rollout.serve_host: 0.0.0.0 (or "
+                "advertise_host)"
+                if isinstance(e, SamplerUnavailable)
+                else ""
+            )
             raise RuntimeError(
                 f"rollout worker {self.where['worker']} on {self.where['node']} cannot sample "
-                f"from {self.sampler.base_url} ({type(e).__name__}: {e}); workers on other "
-                "nodes need trainer.rollout.serve_host: 0.0.0.0 (or advertise_host)"
+                f"from {self.sampler.base_url} ({type(e).__name__}: {e}){hint}"
             ) from None
         return self.where
 
