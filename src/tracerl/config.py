@@ -195,6 +195,11 @@ class RunConfig(_Config):
         r = self.trainer.rollout
         if r.sampler_url is not None and r.backend != "ray":
             raise ValueError("trainer.rollout.sampler_url needs trainer.rollout.backend=ray")
+        if r.served_model is not None and r.sampler_url is None:
+            raise ValueError(
+                "trainer.rollout.served_model names the model of the server at sampler_url; "
+                "without sampler_url the learner serves its own weights under the model's spec"
+            )
         if r.sampler_url is not None and r.weight_sync == "lora" and self.model.lora is None:
             raise ValueError(
                 "trainer.rollout.weight_sync=lora hot-loads LoRA adapters into the server at "

@@ -61,3 +61,27 @@ def test_lora_and_warm_start_sections_validate():
         load_config(None, ["model.lora.rank=8"])
     with pytest.raises(ConfigError, match=r"model\.dtype: Input should be"):
         load_config(None, ["model.dtype=fp8"])
+
+
+def test_remote_sampling_settings_that_cannot_work_are_refused():
+    base = "configs/learn-arithmetic.yaml"
+    cases = {
+        ("trainer.rollout.sampler_url=http://gpu:8000",): "needs trainer.rollout.backend=ray",
+        (
+            "trainer.rollout.backend=ray",
+            "trainer.rollout.sampler_url=http://gpu:8000",
+        ): "set model.lora",
+        ("trainer.rollout.backend=ray", "trainer.rollout.served_model=m"): "without sampler_url",
+    }
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(base, list(overrides))
+    ok = load_config(
+        base,
+        [
+            "trainer.rollout.backend=ray",
+            "trainer.rollout.sampler_url=http://gpu:8000",
+            "trainer.rollout.weight_sync=mypkg.sync:factory",
+        ],
+    )
+    assert ok.trainer.rollout.sampler_url == "http://gpu:8000"
