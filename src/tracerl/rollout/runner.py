@@ -396,5 +396,3 @@ class _EpisodeRun:
             else None
         )
         rec["reward"] = {"task": None, "attribution": owner.value if owner else None}
-
-    # ---- the end ---------------------------------------------------------------------------
