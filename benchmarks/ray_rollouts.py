@@ -27,13 +27,14 @@ import time
 
 import ray
 
+from tracerl.config import RolloutBackendConfig
 from tracerl.envs import SlowTools, get_parser, make
 from tracerl.models.loading import smollm2_tokenizer
 from tracerl.models.render import ChatRenderer
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups
-from tracerl.rollout.ray_workers import PoolSettings, RayRollouts
+from tracerl.rollout.ray_workers import RayRollouts
 from tracerl.rollout.remote import RemoteSampler
 from tracerl.rollout.runner import Policy
 from tracerl.rollout.serve import ServerThread
@@ -87,7 +88,9 @@ def main() -> None:
     results: dict[str, float] = {}
     try:
         for n in (1, 2):
-            settings = PoolSettings(workers=n, episodes_per_worker=args.per_worker, worker_cpus=0.5)
+            settings = RolloutBackendConfig(
+                workers=n, episodes_per_worker=args.per_worker, worker_cpus=0.5
+            )
             pool = RayRollouts(policy, url, served_model="scripted", settings=settings)
             try:  # a warm-up episode per worker, then the measured batch
                 asyncio.run(
@@ -107,7 +110,9 @@ def main() -> None:
         seq = tasks[: args.sequential]
         remote = RemoteSampler(url, "scripted", temperature=1.0)
         http_policy = Policy(remote, renderer, parser, "tiny-random")
-        one = PoolSettings(workers=1, episodes_per_worker=1, worker_cpus=0.5)  # one at a time
+        one = RolloutBackendConfig(
+            workers=1, episodes_per_worker=1, worker_cpus=0.5
+        )  # one at a time
         pool = RayRollouts(policy, url, served_model="scripted", settings=one)
         try:
             asyncio.run(timed(plain_env, seq[:2], policy, concurrency=1, backend=pool))  # warm

@@ -87,6 +87,8 @@ class RolloutBackendConfig(_Config):
     worker, the run stops (resume it once the cause is fixed)."""
     sampler_timeout_s: float = Field(600.0, gt=0)
     """How long a worker waits for one turn from the server (queueing included)."""
+    sampler_retries: int = Field(3, ge=0)
+    """Retries of a turn the server did not answer, before the episode is an infra failure."""
     address: str | None = None
     """A Ray cluster to join (``auto``: this node's); None starts a local one."""
     serve_host: str = "127.0.0.1"

@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from tests.serve import tracerl_serve
-from tracerl.config import load_config
+from tracerl.config import RolloutBackendConfig, load_config
 from tracerl.envs import get_parser, make
 from tracerl.models import load
 from tracerl.report.html import write_report
@@ -203,7 +203,7 @@ def test_workers_lost_are_the_environments_failures_and_none_left_stops_the_run(
 
     try:
         # one attempt per episode: those in flight on the killed worker are not rerun
-        once = rw.PoolSettings(workers=2, worker_cpus=0.5, max_attempts=1)
+        once = RolloutBackendConfig(workers=2, worker_cpus=0.5, max_attempts=1)
         pool = rw.RayRollouts(policy, url, settings=once)
         try:
             groups = _kill_when_in_flight(pool, lambda p: p.slots[:1], 8, batch(pool))
@@ -222,7 +222,7 @@ def test_workers_lost_are_the_environments_failures_and_none_left_stops_the_run(
             )
         assert all(e.stop_reason is not StopReason.INFRA_FAILURE for e in episodes if e not in lost)
         # no replacement left and no live worker: nothing can run, the run stops
-        none = rw.PoolSettings(workers=2, worker_cpus=0.5, max_restarts=0)
+        none = RolloutBackendConfig(workers=2, worker_cpus=0.5, max_restarts=0)
         pool = rw.RayRollouts(policy, url, settings=none)
         try:
             with pytest.raises(RuntimeError, match="no live rollout worker is left: 2 died"):
@@ -257,7 +257,7 @@ def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
 def test_a_server_the_workers_cannot_reach_is_a_start_up_error(cluster):
     tiny = load("tiny-random")
     policy = Policy(BatchedHFSampler(tiny.model), tiny.renderer, get_parser("json_list"), "t")
-    settings = rw.PoolSettings(workers=1, worker_cpus=0.5, sampler_retries=0)
+    settings = RolloutBackendConfig(workers=1, worker_cpus=0.5, sampler_retries=0)
     with pytest.raises(RuntimeError, match=r"rollout worker 0 on .* cannot sample from "):
         rw.RayRollouts(policy, "http://127.0.0.1:9", settings=settings)
     assert ray.is_initialized()  # the cluster it did not start is left alone

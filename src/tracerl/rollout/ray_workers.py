@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tracerl.config import RolloutBackendConfig
 from tracerl.envs.base import Env
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
@@ -136,27 +137,9 @@ class _Slot:
     alive: bool = True
 
 
-@dataclass
-class PoolSettings:
-    """How a `RayRollouts` pool runs (see `tracerl.config.RolloutBackendConfig`)."""
-
-    workers: int = 2
-    episodes_per_worker: int = 32
-    worker_cpus: float = 1.0
-    max_attempts: int = 3
-    """Losses of its worker an episode may see before it is an infrastructure failure."""
-    max_restarts: int | None = None
-    """Replacement workers over the pool's life; None: twice `workers`."""
-    sampler_timeout_s: float = 600.0
-    sampler_retries: int = 3
-    address: str | None = None
-    """A Ray cluster to join (``auto``: this node's); None: a local one of our own."""
-    name: str = "tracerl"
-    start_timeout_s: float = 300.0
-
-
 class RayRollouts:
-    """The `RolloutBackend` that runs episodes in Ray actors (`PoolSettings`).
+    """The `RolloutBackend` that runs episodes in Ray actors, as `settings` (the run's
+    ``trainer.rollout``) says.
 
     `base_url`/`served_model`: the completion server the workers sample from, at the
     policy's temperature; `weight_sync` keeps it in step with the learner when the learner
@@ -171,14 +154,11 @@ class RayRollouts:
         served_model: str | None = None,
         temperature: float = 1.0,
         weight_sync: WeightSync | None = None,
-        settings: PoolSettings | None = None,
+        settings: RolloutBackendConfig | None = None,
+        name: str = "tracerl",
+        start_timeout_s: float = 300.0,
     ) -> None:
-        p = settings or PoolSettings()
-        if p.workers < 1 or p.max_attempts < 1:
-            raise ValueError(
-                f"RayRollouts: need workers >= 1 and max_attempts >= 1, got "
-                f"{p.workers} and {p.max_attempts}"
-            )
+        p = settings or RolloutBackendConfig(backend="ray")
         ray = import_ray()
         self._ray, self._owns_ray, self.slots = ray, False, []
         if not ray.is_initialized():
@@ -201,7 +181,7 @@ class RayRollouts:
         self.capacity = p.workers * p.episodes_per_worker
         """Episodes the pool runs at once: what the trainer keeps in flight."""
         self.deaths = 0
-        self._name = f"{p.name}-{uuid.uuid4().hex[:6]}"
+        self._name = f"{name}-{uuid.uuid4().hex[:6]}"
         self._next_index = 0
         try:
             self._actor = ray.remote(RolloutWorker)
@@ -219,7 +199,7 @@ class RayRollouts:
             }
             self._args = (ray.put(policy.renderer), policy.parser, policy.model_id, sampler)
             self.slots = [self._start() for _ in range(p.workers)]
-            ray.get([s.handle.ready.remote() for s in self.slots], timeout=p.start_timeout_s)
+            ray.get([s.handle.ready.remote() for s in self.slots], timeout=start_timeout_s)
         except Exception as e:
             self.close()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
@@ -353,16 +333,6 @@ def rollout_backend(
             served_model=served,
             folder=cfg.run_dir / "adapters",
         )
-    settings = PoolSettings(
-        workers=rc.workers,
-        episodes_per_worker=rc.episodes_per_worker,
-        worker_cpus=rc.worker_cpus,
-        max_attempts=rc.max_attempts,
-        max_restarts=rc.max_restarts,
-        sampler_timeout_s=rc.sampler_timeout_s,
-        address=rc.address,
-        name=f"tracerl-{cfg.name}",
-    )
     backend = None
     try:
         url = server.start() if server is not None else rc.sampler_url
@@ -372,7 +342,8 @@ def rollout_backend(
             served_model=served,
             temperature=cfg.model.temperature,
             weight_sync=sync,
-            settings=settings,
+            settings=rc,
+            name=f"tracerl-{cfg.name}",
         )
         yield backend
     finally:

@@ -24,11 +24,12 @@ import contextlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Annotated, Any
 
 import typer
 
+from tracerl.jsonhttp import JSONHandler
 from tracerl.rollout.sampler import SampleRequest
 
 MAX_BODY = 16 << 20
@@ -219,7 +220,7 @@ class ServerThread:
 
 
 def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JSONHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
         # headers and body are two writes: with Nagle's algorithm the body would wait for
         # the client's delayed ACK of the headers (~40 ms a request on Linux)
@@ -241,17 +242,6 @@ def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
 
         def do_POST(self) -> None:
             self._answer("POST")
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:  # quiet: tests and rollouts stay readable
-            pass
 
     return Handler
 

@@ -19,19 +19,20 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tracerl.envs.search.corpus import Corpus, Doc
 from tracerl.envs.search.index import BM25Index, Hit
 from tracerl.envs.tools import InfraError
+from tracerl.jsonhttp import JSONHandler
 from tracerl.types import FaultKind
 
 MAX_TOPK = 50
 
 
-def _handler(index: BM25Index) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(index: BM25Index) -> type[JSONHandler]:
+    class Handler(JSONHandler):
         def do_POST(self) -> None:
             if self.path != "/retrieve":
                 return self._send(404, {"error": f"no route {self.path}; POST /retrieve"})
@@ -57,17 +58,6 @@ def _handler(index: BM25Index) -> type[BaseHTTPRequestHandler]:
                 for row in hits
             ]
             self._send(200, {"result": result})
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:  # quiet: tests and rollouts stay readable
-            pass
 
     return Handler
 
