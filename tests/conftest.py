@@ -1,9 +1,19 @@
-"""Shared fixtures: real tokenizers and real chat templates, loaded from installed packages."""
+"""Shared fixtures: real tokenizers and real chat templates, loaded from installed packages.
+
+The suite runs on a cache of its own: `pytest_configure` points ``$TRACERL_CACHE`` at a new
+empty folder before any test runs, so every cached artefact (BM25 and dense indexes, the
+converted SmolLM2 weights, tokenizers) is built by this run, as on a new machine, and no
+test can pass only because an earlier run left something in ``~/.cache/tracerl``. Building
+them all costs about 30 s. The folder is deleted at the end of the run.
+"""
 
 from __future__ import annotations
 
 import copy
 import importlib.resources
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +43,23 @@ FAMILY_TOKENS = {
         "bos": "<|begin_of_text|>",
     },
 }
+
+
+def pytest_configure(config):
+    fresh = tempfile.mkdtemp(prefix="tracerl-test-cache-")
+    config._tracerl_cache = (fresh, os.environ.get("TRACERL_CACHE"))
+    os.environ["TRACERL_CACHE"] = fresh  # subprocesses (Ray workers, servers) inherit it
+
+
+def pytest_unconfigure(config):
+    fresh, before = getattr(config, "_tracerl_cache", (None, None))
+    if fresh is None:
+        return
+    shutil.rmtree(fresh, ignore_errors=True)
+    if before is None:
+        os.environ.pop("TRACERL_CACHE", None)
+    else:
+        os.environ["TRACERL_CACHE"] = before
 
 
 def family_tokenizer(base, family: str):

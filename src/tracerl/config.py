@@ -133,7 +133,9 @@ class TrainerConfig(_Config):
     kl_coef: float = Field(0.0, ge=0)
     """beta of a KL(policy || reference) loss term (reference: LoRA adapters disabled, or a
     frozen copy of the initial weights); 0: no KL, no reference."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
+    """Per-token KL estimate (`tracerl.algos.kl`): k1, k2, k3, or low_var_kl (veRL's k3 with
+    the log-ratio clamped to [-20, 20] and the estimate to [-10, 10])."""
     compile: bool = False
     """torch.compile the decoder for the learner's forward and backward."""
     gradient_checkpointing: bool = False

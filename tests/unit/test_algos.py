@@ -97,10 +97,70 @@ def test_aggregations_by_hand():
     assert aggregate(loss, mask, "token-mean").item() == pytest.approx(7 / 3)
     assert aggregate(loss, mask, "seq-mean-token-sum").item() == pytest.approx((3 + 4) / 2)
     assert aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4) / 2)
-    assert aggregate(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 3)
-    assert aggregate(loss, mask, "seq-mean-token-sum-norm", norm_tokens=7).item() == 1.0
+    # Dr. GRPO as veRL computes it: the mean of the sequence sums (3 and 4), over T = 3
+    assert aggregate(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(3.5 / 3)
+    assert aggregate(loss, mask, "seq-mean-token-sum-norm", norm_tokens=7).item() == 0.5
     with pytest.raises(KeyError, match="token-mean"):
         aggregate(loss, mask, "mean")
+
+
+def test_seq_mean_token_sum_norm_does_not_grow_with_the_batch():
+    """B = 4 sequences of sums 2, 4, 6, 8 over T = 4: veRL (and Dr. GRPO) give mean(sums) / T
+    = 5 / 4; a sum over all tokens / T would give 20 / 4, B times more. Doubling the batch
+    with copies of the same sequences leaves the loss (and its gradient per token) unchanged."""
+    loss = torch.tensor([[1.0, 1.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0], [3.0, 3.0, 0, 0], [4.0] * 4])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]])
+    agg = "seq-mean-token-sum-norm"
+    assert aggregate(loss, mask, agg).item() == pytest.approx(5 / 4)
+    assert aggregate(loss, mask, agg).item() != pytest.approx(20 / 4)
+    doubled = aggregate(torch.cat([loss, loss]), torch.cat([mask, mask]), agg)
+    assert doubled.item() == pytest.approx(5 / 4)
+    # it is seq-mean-token-sum over the constant, whatever the padded width
+    assert aggregate(loss, mask, agg, norm_tokens=10).item() == pytest.approx(
+        aggregate(loss, mask, "seq-mean-token-sum").item() / 10
+    )
+    x = loss.clone().requires_grad_(True)
+    aggregate(x, mask, agg).backward()
+    assert torch.allclose(x.grad, mask / (4 * 4))  # d/dx = mask / (B T)
+
+
+def test_the_ppo_log_ratio_is_clamped_so_a_pathological_ratio_stays_finite():
+    """veRL clamps log(pi/pi_old) to [-20, 20] before exp. A token whose log-ratio is 200
+    (exp overflows float32 to inf) gives a finite loss: with A < 0 the unclipped branch
+    -A * e^20 wins, so the loss is e^20 / 2 over the 2 policy tokens, not inf or NaN."""
+    logp = torch.tensor([[200.0, 0.0]], requires_grad=True)
+    inp = PolicyLossInput(logp, torch.zeros(1, 2), torch.tensor([-1.0]), torch.ones(1, 2))
+    loss, _ = ppo_clip(inp, ClipConfig())
+    assert torch.isfinite(loss) and loss.item() == pytest.approx((math.exp(20) + 1.0) / 2)
+    loss.backward()
+    assert torch.isfinite(logp.grad).all()
+    assert logp.grad[0, 0].item() == 0.0  # past the clamp: no gradient, as in veRL
+    # an ordinary ratio is untouched: the clamp changes nothing inside [-20, 20]
+    inside = PolicyLossInput(
+        torch.tensor([[19.0]]), torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1)
+    )
+    assert ppo_clip(inside, ClipConfig())[0].item() == pytest.approx(math.exp(19), rel=1e-5)
+
+
+def test_low_var_kl_is_k3_clamped_as_in_verl():
+    logp, ref = torch.log(torch.tensor([0.5])), torch.log(torch.tensor([0.25]))
+    assert kl("low_var_kl", logp, ref).item() == pytest.approx(kl("k3", logp, ref).item())
+    # d = ref - logp = 3: k3 = e^3 - 1 - 3 = 16.09 > 10, so the estimate is clamped to 10
+    lp = torch.tensor([-4.0], requires_grad=True)
+    far = kl("low_var_kl", lp, torch.tensor([-1.0]))
+    assert kl("k3", lp, torch.tensor([-1.0])).item() == pytest.approx(math.exp(3) - 4)
+    assert far.item() == 10.0
+    far.backward()
+    assert lp.grad.item() == 0.0  # clamped: no gradient
+    # d = -30: the log-ratio clamp (-20) applies first: e^-20 - 1 + 20 = 19.0 -> clamped 10
+    assert kl("low_var_kl", torch.tensor([0.0]), torch.tensor([-30.0])).item() == 10.0
+    # d = -5: inside both bounds, k3 itself: e^-5 - 1 + 5
+    assert kl("low_var_kl", torch.tensor([0.0]), torch.tensor([-5.0])).item() == pytest.approx(
+        math.exp(-5) + 4
+    )
+    # k3 without the clamps overflows where low_var_kl stays finite
+    assert not torch.isfinite(kl("k3", torch.tensor([0.0]), torch.tensor([100.0]))).all()
+    assert kl("low_var_kl", torch.tensor([0.0]), torch.tensor([100.0])).item() == 10.0
 
 
 def test_kl_estimators_by_hand():
@@ -111,5 +171,5 @@ def test_kl_estimators_by_hand():
     assert kl("k3", logp, ref).item() == pytest.approx(0.5 - 1 + math.log(2))
     same = kl("k3", logp, logp)
     assert same.item() == 0.0 and kl("k2", logp, logp).item() == 0.0
-    with pytest.raises(KeyError, match="k3"):
+    with pytest.raises(KeyError, match="low_var_kl"):
         kl("k4", logp, ref)

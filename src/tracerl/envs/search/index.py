@@ -1,7 +1,10 @@
 """BM25 retrieval with `bm25s`, the index cached on disk under the corpus's content hash.
 
 The first use of a corpus builds its index and saves it to
-``$TRACERL_CACHE/indexes/bm25-<corpus sha256[:16]>/``; later uses load it. A changed corpus
+``$TRACERL_CACHE/indexes/bm25-<corpus sha256[:16]>/``; later uses load it. The build holds
+the folder's build lock (`tracerl.cache.building`), so concurrent first uses build it once,
+and the index searched is always the one loaded back from disk, so a first run and a later
+one search the same index (`tests/integration/test_fresh_cache.py` compares them). A changed corpus
 has a different hash, so a stale index is never used. Documents are indexed as title and
 text together; queries are tokenized the same way (lower case, English stop words removed).
 """
@@ -13,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracerl.cache import cache_dir, save_folder_atomically
+from tracerl.cache import building, cache_dir, save_folder_atomically
 from tracerl.envs.search.corpus import Corpus, Doc
 
 log = logging.getLogger("tracerl")
@@ -34,21 +37,19 @@ class BM25Index:
         self.corpus = corpus
         self.folder = (cache or cache_dir() / "indexes") / f"bm25-{corpus.sha256[:16]}"
         t0 = time.perf_counter()
-        if (self.folder / "params.index.json").is_file():
-            self.retriever = bm25s.BM25.load(self.folder, show_progress=False)
+        with building(self.folder):  # built once, however many ask at the same moment
             self.origin = "cache"
-        else:
-            self.retriever = bm25s.BM25()
-            texts = [f"{d.title}\n{d.text}" for d in corpus.docs]
-            tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
-            self.retriever.index(tokens, show_progress=False)
-            save_folder_atomically(self.folder, self._save)
-            self.origin = "built"
+            if not (self.folder / "params.index.json").is_file():
+                built = bm25s.BM25()
+                texts = [f"{d.title}\n{d.text}" for d in corpus.docs]
+                tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
+                built.index(tokens, show_progress=False)
+                save_folder_atomically(self.folder, lambda f: built.save(f, show_progress=False))
+                self.origin = "built"
+            # always the copy on disk: a first run searches exactly what later runs load
+            self.retriever = bm25s.BM25.load(self.folder, show_progress=False)
         self.build_seconds = time.perf_counter() - t0
         self.vocab = self.retriever.vocab_dict
-
-    def _save(self, folder: Path) -> None:
-        self.retriever.save(folder, show_progress=False)
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
         return self.search_many([query], k)[0]
