@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tracerl.envs.coderepair.sandbox import run_sandboxed, write_tree
+from tracerl.envs.coderepair.env import grade_files, graded_tests
+from tracerl.envs.coderepair.grader import compile_suite
+from tracerl.envs.coderepair.sandbox import Limits, run_sandboxed, write_tree
 from tracerl.envs.coderepair.tasks import combos, load_task_folder, make_task, sample_tasks
 from tracerl.envs.coderepair.templates import BUG_KINDS, TEMPLATES
 
@@ -30,6 +32,12 @@ def test_the_hidden_tests_catch_the_bug_and_pass_the_fix(template, kind, tmp_pat
     fixed = _tests(task, tmp_path, fixed=True, hidden=True)
     assert fixed.status == "ok", fixed.output[-500:]
     assert "Ran " in fixed.output  # the tests really ran
+    # the grader (observations in the sandbox, verdict outside) agrees with unittest
+    files = dict(task["files"])
+    assert not grade_files(task, files, Limits())["ok"]
+    files[task["buggy_file"]] = TEMPLATES[task["template"]].source
+    verdict = grade_files(task, files, Limits())
+    assert verdict["ok"] and verdict["ran"] == len(compile_suite(graded_tests(task)).tests)
 
 
 def test_the_fix_diff_turns_the_buggy_file_into_the_correct_one():

@@ -6,9 +6,10 @@
     submit_patch(unified_diff)     applied in the sandbox to the episode's scratch copy (write)
 
 The final answer ends the episode; the hidden acceptance tests then run on the scratch copy
-(in the sandbox) and the step's info carries the verdict. Nothing ever touches a task's
-source: the work tree is a per-episode copy, and a patch's real write (a user's repository on
-disk, `allow_real_writes` with the guard off) is the only way out of it.
+(in the sandbox) and the step's info carries the verdict, which is computed outside the
+sandbox from observations, never read from the tested process (`grader`). Nothing ever
+touches a task's source: the work tree is a per-episode copy, and a patch's real write (a
+user's repository on disk, `allow_real_writes` with the guard off) is the only way out.
 
 Evidence gain: the first read of the lines the bug is on (0.5), and a test run whose failing
 set differs from the previous run's (0.5); re-reading the same lines or re-running unchanged
@@ -23,6 +24,7 @@ import re
 from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
+from tracerl.envs.coderepair.grader import compile_suite, grade, new_nonce
 from tracerl.envs.coderepair.sandbox import Limits, RunResult, run_files, write_tree
 from tracerl.envs.coderepair.tasks import sample_tasks as _sample
 from tracerl.envs.parsers import Action
@@ -172,7 +174,7 @@ class CodeRepair(ToolEnv):
             "/bin/sh",
             "-c",
             "patch -p1 --batch --forward --no-backup-if-mismatch -s < .patch.diff"
-            ' && python3 -c "$1"',
+            ' && python3 -I -c "$1"',  # -I: a json.py or pathlib.py the patch plants is not used
             "sh",
             _DUMP,
         ]
@@ -184,7 +186,14 @@ class CodeRepair(ToolEnv):
             return ToolResult(
                 f"the patch does not apply:\n{r.output[-LOG_CHARS:]}", evidence={"gain": 0.0}
             )
-        before, self.files = self.files, json.loads(r.output[r.output.index("{") :])
+        after = _read_dump(r.output)
+        if after is None:  # the tree could not be read back (e.g. a file that is not text)
+            self.patches_failed += 1
+            return ToolResult(
+                "the patch does not apply: the patched files could not be read back as text",
+                evidence={"gain": 0.0},
+            )
+        before, self.files = self.files, after
         # what the patch really changed, added or deleted (whatever its headers claim)
         touched = sorted(p for p in {*before, *self.files} if before.get(p) != self.files.get(p))
         forbidden = [
@@ -220,9 +229,7 @@ class CodeRepair(ToolEnv):
 
     async def finish(self, action: Action) -> StepResult:
         self.done = True
-        files = {**self.files, **self.task.get("hidden_tests", {})}
-        r = await asyncio.to_thread(self._run, files, list(self.task["test_command"]))
-        hidden = test_summary(r)
+        hidden = await asyncio.to_thread(self.grade)
         info = {
             "answer": {"text": action.answer or "", "citations": []},
             "hidden_tests": hidden,
@@ -233,6 +240,13 @@ class CodeRepair(ToolEnv):
         }
         return StepResult([], terminated=True, info=info)
 
+    def grade(self) -> dict[str, Any]:
+        """The hidden tests (and the task's own visible tests, as the task shipped them) on
+        the scratch copy, graded outside the sandbox (`tracerl.envs.coderepair.grader`):
+        the tested code sees the calls, never an expected value, and cannot decide its
+        grade."""
+        return grade_files(self.task, self.files, self.limits)
+
     def snapshot(self) -> Any:
         """Real state: the files written to a task's source folder (a dry run writes none)."""
         return list(self.written)
@@ -242,6 +256,38 @@ class CodeRepair(ToolEnv):
 
     def check_script(self, task: dict[str, Any]) -> list[Action]:
         return oracle_actions(task)
+
+
+def _read_dump(output: str) -> dict[str, str] | None:
+    """The patched tree as the dump printed it: {path: text}, or None if it is not that."""
+    try:
+        files = json.loads(output[output.index("{") :])
+    except ValueError:
+        return None
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        return None
+    return files
+
+
+def graded_tests(task: dict[str, Any]) -> dict[str, str]:
+    """What grades a repair: the hidden tests, and the visible tests the task lists in
+    ``graded_visible`` as the task shipped them (the agent's copies are not trusted)."""
+    visible = {p: task["files"][p] for p in task.get("graded_visible", [])}
+    return {**visible, **task.get("hidden_tests", {})}
+
+
+def grade_files(task: dict[str, Any], files: dict[str, str], limits: Limits) -> dict[str, Any]:
+    """Run the compiled probes on `files` in the sandbox and grade their observations."""
+    suite = compile_suite(graded_tests(task))
+    nonce = new_nonce()
+    argv = ["python3", "-I", "/grade/harness.py", nonce]
+    grading = Limits(**{**vars(limits), "output_bytes": max(limits.output_bytes, 1_000_000)})
+    r = run_files(files, argv, grading, grade=suite.sandbox_files())
+    if r.status == "sandbox_error":
+        raise InfraError(f"the sandbox failed: {r.detail or r.output[:200]}", retryable=True)
+    return grade(suite, r.output, nonce, r.limit)
 
 
 def oracle_actions(task: dict[str, Any]) -> list[Action]:

@@ -123,9 +123,16 @@ def _system_binds() -> list[str]:
     return args
 
 
-def bwrap_argv(tree: Path, argv: list[str], limits: Limits, bwrap: str | None = None) -> list[str]:
+def bwrap_argv(
+    tree: Path,
+    argv: list[str],
+    limits: Limits,
+    bwrap: str | None = None,
+    grade: Path | None = None,
+) -> list[str]:
     """The full command line: bwrap, its isolation flags, then `argv` run in ``/work``, a
-    tmpfs copy of `tree`."""
+    tmpfs copy of `tree`; `grade`, when given, is bound read-only at ``/grade``."""
+    grade_bind = ["--ro-bind", str(grade), "/grade"] if grade is not None else []
     return [
         bwrap or find_bwrap(),
         "--unshare-all",  # network, pid, ipc, uts, cgroup (and user, unprivileged)
@@ -137,6 +144,7 @@ def bwrap_argv(tree: Path, argv: list[str], limits: Limits, bwrap: str | None = 
         "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
         "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/work",
         "--ro-bind", str(tree), "/src",
+        *grade_bind,
         "--cap-drop", "ALL",
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",
@@ -184,9 +192,11 @@ def run_files(
     limits: Limits | None = None,
     *,
     bwrap: str | None = None,
+    grade: dict[str, str] | None = None,
 ) -> RunResult:
-    """Run `argv` in a sandbox whose ``/work`` holds `files` (relative path -> text)."""
-    return _staged(lambda copy: write_tree(files, copy), argv, limits, bwrap)
+    """Run `argv` in a sandbox whose ``/work`` holds `files` (relative path -> text), and
+    whose ``/grade`` (read-only, outside the work tree) holds `grade`, when given."""
+    return _staged(lambda copy: write_tree(files, copy), argv, limits, bwrap, grade)
 
 
 def write_tree(files: dict[str, str], root: str | Path) -> Path:
@@ -202,24 +212,37 @@ def write_tree(files: dict[str, str], root: str | Path) -> Path:
 
 
 def _staged(
-    stage: Callable[[Path], Any], argv: list[str], limits: Limits | None, bwrap: str | None
+    stage: Callable[[Path], Any],
+    argv: list[str],
+    limits: Limits | None,
+    bwrap: str | None,
+    grade: dict[str, str] | None = None,
 ) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="tracerl-sandbox-") as staging:
         # staged where the sandbox's uid can read it (the caller's tree may be private)
         copy = Path(staging) / "tree"
         stage(copy)
         copy.mkdir(exist_ok=True)
-        for path in [Path(staging), copy, *copy.rglob("*")]:
+        grade_dir = write_tree(grade, Path(staging) / "grade") if grade is not None else None
+        staged = [*copy.rglob("*"), *(grade_dir.rglob("*") if grade_dir else [])]
+        for path in [Path(staging), copy, *([grade_dir] if grade_dir else []), *staged]:
             if not path.is_symlink():  # readable by all; executables stay executable
                 path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
         with _sandbox_uid() as uid:
-            result = _run(copy, argv, limits or Limits(), bwrap, uid)
+            result = _run(copy, argv, limits or Limits(), bwrap, uid, grade_dir)
             result.uid = uid
             return result
 
 
-def _run(tree: Path, argv: list[str], limits: Limits, bwrap: str | None, uid: int) -> RunResult:
-    cmd = bwrap_argv(tree, argv, limits, bwrap)
+def _run(
+    tree: Path,
+    argv: list[str],
+    limits: Limits,
+    bwrap: str | None,
+    uid: int,
+    grade: Path | None = None,
+) -> RunResult:
+    cmd = bwrap_argv(tree, argv, limits, bwrap, grade)
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(

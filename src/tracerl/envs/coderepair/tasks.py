@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from tracerl.envs.coderepair.grader import compile_suite
 from tracerl.envs.coderepair.templates import BUG_KINDS, TEMPLATES
 
 HELDOUT_TEMPLATES = ("inventory",)
@@ -79,6 +80,8 @@ def make_task(template: str, kind: str, seed: int = 0) -> dict[str, Any]:
         "issue": site.issue,
         "files": files,
         "hidden_tests": {f"tests/test_{t.name}_hidden.py": t.hidden_tests.format(pkg=pkg)},
+        # grading also runs the repository's visible tests, as shipped (never the agent's copy)
+        "graded_visible": sorted(p for p in files if p.startswith("tests/test_")),
         "test_command": TEST_COMMAND,
         "forbidden": FORBIDDEN,
         "effect": "write",  # submit_patch is a write: the runner's write budget applies
@@ -104,8 +107,10 @@ def load_task_folder(
     task_id: str | None = None,
     forbidden: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A task from a user's repository: its text files, a test command, and a folder of
-    hidden tests (copied into the tree only when grading)."""
+    """A task from a user's repository: its text files, a test command (what `run_tests`
+    runs), and a folder of hidden tests (unittest or pytest-style files, graded by
+    `tracerl.envs.coderepair.grader`; a file it cannot grade is refused here, with the file
+    and line)."""
     folder, hidden = Path(folder), Path(hidden_tests)
     for where, what in ((folder, "repository"), (hidden, "hidden tests")):
         if not where.is_dir():
@@ -121,6 +126,8 @@ def load_task_folder(
                     continue  # binary files are not part of a repair task
         return out
 
+    hidden_files = read(hidden, "tests/")
+    compile_suite(hidden_files)  # the grader must be able to grade them: say so now, not later
     return {
         "id": task_id or folder.resolve().name,
         "template": "user",
@@ -128,7 +135,7 @@ def load_task_folder(
         "split": "user",
         "issue": issue,
         "files": read(folder),
-        "hidden_tests": read(hidden, "tests/"),
+        "hidden_tests": hidden_files,
         "test_command": list(test_command),
         "forbidden": forbidden if forbidden is not None else ["tests/"],
         "effect": "write",
