@@ -13,6 +13,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_cold_conversion_and_cached_load_give_the_same_model(tmp_path, monkeypatch):
+    """A first run (converting the GGUF into an empty cache) and a later one (loading it)
+    give the same model, tokenizer and template, and the same seeded samples."""
     monkeypatch.setenv("TRACERL_CACHE", str(tmp_path))
     cold = load("smollm2-135m-instruct")
     cached = load("smollm2-135m-instruct")
@@ -23,6 +25,16 @@ def test_cold_conversion_and_cached_load_give_the_same_model(tmp_path, monkeypat
     with torch.no_grad():
         assert torch.equal(cold.model(x).logits, cached.model(x).logits)
     assert cold.renderer.template_hash == cached.renderer.template_hash
+    # a seeded episode's first turn, token for token: prompt, sampled ids and log-probs
+    conv = [{"role": "user", "content": "Name a city in France."}]
+    runs = []
+    for bundle in (cold, cached):
+        prompt = bundle.renderer.start(conv).token_ids
+        res = HFSampler(bundle.model, temperature=0.8, seed=3).generate(
+            prompt, max_tokens=12, stop_token_ids=bundle.renderer.stop_token_ids
+        )
+        runs.append((list(prompt), res.token_ids, res.logprobs))
+    assert runs[0] == runs[1]
 
 
 def test_multi_turn_episode_on_smollm2_keeps_every_invariant():
