@@ -106,6 +106,8 @@ def test_a_test_that_errors_outside_an_assertion_is_an_error_not_a_pass(tmp_path
         ("    if True:\n        assert 1 == 1\n", "inside a loop, condition"),
         ("    self.assertIsInstance(1, int)\n", "assertIsInstance is not supported"),
         ("    with self.assertRaises(ValueError) as cm:\n        int('x')\n", "without `as`"),
+        ("    def check(v):\n        assert v\n    check(1)\n", "nested function"),
+        ("    int('1')\n", "asserts nothing"),
     ],
 )
 def test_what_cannot_be_graded_faithfully_is_refused_with_file_and_line(body, message):
@@ -113,6 +115,12 @@ def test_what_cannot_be_graded_faithfully_is_refused_with_file_and_line(body, me
     src = src.replace("\n    ", "\n      ").replace("\n  def", "\n    def")
     with pytest.raises(SuiteError, match=rf"tests/test_x.py:\d+: .*{message}"):
         compile_suite({"tests/test_x.py": src})
+
+
+def test_assertions_in_helpers_are_refused_they_would_be_decided_in_the_sandbox():
+    helper = "def check(v):\n    assert v == 1\n\ndef test_x():\n    assert check(1) is None\n"
+    with pytest.raises(SuiteError, match=r"test_h\.py:2: .*check \(outside a test\)"):
+        compile_suite({"tests/test_h.py": helper})
 
 
 def test_a_user_task_with_hidden_tests_the_grader_cannot_grade_is_refused_at_load(tmp_path):

@@ -170,6 +170,8 @@ class _Module:
             elif isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
                 self.test(node, None)
                 tests.append((None, node.name))
+            elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+                self.refuse_asserts(node.body, f"{node.name} (outside a test)")
         header = ast.parse("from _tracerl_probe import obs as _obs").body
         # pytest is only named for pytest.raises, which the probes no longer use (and the
         # sandbox's interpreter need not have it)
@@ -183,6 +185,13 @@ class _Module:
         name = "::".join(x for x in (self.path, cls, fn.name) if x)
         self.checks: list[int] = []
         fn.body = self.block(fn.body) or [ast.Pass()]
+        if not self.checks:
+            raise self.error(
+                fn,
+                f"{fn.name} asserts nothing: a test that only has to run without an error "
+                "is decided inside the sandbox, where the tested code can fake it; assert "
+                "something about a result",
+            )
         self.suite.tests[name] = self.checks
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -213,15 +222,17 @@ class _Module:
         if _has_assertion(s):
             raise self.error(
                 s,
-                "an assertion inside a loop, condition or try block; put assertions at the "
-                "top level of the test so that each runs exactly once",
+                "an assertion inside a loop, condition, try block or nested function; put "
+                "assertions at the top level of the test so that each runs exactly once",
             )
         return [s]
 
     def refuse_asserts(self, stmts: list[ast.stmt], where: str) -> None:
         for s in stmts:
             if _has_assertion(s):
-                raise self.error(s, f"an assertion in {where}: assert inside test methods")
+                raise self.error(
+                    s, f"an assertion in {where}: assertions belong in the test functions"
+                )
 
     def new_check(self, op: str, args: list[ast.expr], where: ast.AST, **opts: Any) -> list:
         """Register a check; returns (its observation statements, the check)."""
