@@ -123,6 +123,13 @@ RESULT = "VS_TRL_RESULT "
 
 
 # ---- the warm start (--mode multi) -----------------------------------------------------------
+def _nll(meta: dict[str, Any]) -> str:
+    """NLL before and after the SFT (a cache built before those were recorded: per epoch)."""
+    if "nll_before" in meta:
+        return f"{meta['nll_before']:.3f} before -> {meta['nll_after']:.3f} after"
+    return "per epoch " + " -> ".join(f"{x:.3f}" for x in meta["nll"])
+
+
 def warm_start(args: argparse.Namespace) -> str:
     """The model spec both sides load in --mode multi: the warm-started checkpoint."""
     if args.no_warm_start:
@@ -136,7 +143,7 @@ def warm_start(args: argparse.Namespace) -> str:
     print(
         f"  warm start ({how}): SFT of {out['base']} on the reference script of "
         f"{out['tasks']} tasks x {out['epochs']} epoch(s) ({out['policy_tokens']} policy tokens; "
-        f"NLL {' -> '.join(f'{x:.3f}' for x in out['nll'])}; episodes {out['episodes_s']:.1f} s, "
+        f"NLL {_nll(out)}; episodes {out['episodes_s']:.1f} s, "
         f"SFT {out['sft_s']:.1f} s)\n"
         f"    -> {out['folder']}\n"
         f"    tool-call rate, ours, temperature 1.0: {r['first_turn_calls']}/{r['episodes']} "

@@ -275,7 +275,7 @@ def run_warm(spec: str, n_tasks: int, epochs: int) -> dict[str, Any]:
         )
     t_episodes = time.perf_counter() - t0
     trajectories = [t for e in kept for t in e.trajectories]
-    history = sft(
+    result = sft(
         bundle.model,
         trajectories,
         lr=WARM_LR,
@@ -290,7 +290,9 @@ def run_warm(spec: str, n_tasks: int, epochs: int) -> dict[str, Any]:
         "tasks": n_tasks,
         "epochs": epochs,
         "policy_tokens": sum(sum(s is Source.POLICY for s in t.sources) for t in trajectories),
-        "nll": history,
+        "nll": result.nll_epochs,
+        "nll_before": result.nll_before,
+        "nll_after": result.nll_after,
         "episodes_s": t_episodes,
         "sft_s": t_sft,
     }

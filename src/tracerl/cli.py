@@ -265,13 +265,14 @@ def sft(
         from tracerl.report.progress import RichProgress
 
         with RichProgress(console) as bars:
-            history = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
+            result = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
     except (FileNotFoundError, TrajectoryError, ValueError, ModelNotFoundError) as e:
         raise _fail(str(e)) from None
     bundle.model.save_pretrained(out)
     bundle.tokenizer.save_pretrained(out)
     console.print(
-        f"{len(trajectories)} trajectories, NLL {history[0]:.3f} -> {history[-1]:.3f}; "
+        f"{len(trajectories)} trajectories, NLL {result.nll_before:.3f} before -> "
+        f"{result.nll_after:.3f} after; "
         f"saved to {out} (load it as hf:{out})",
         markup=False,
     )

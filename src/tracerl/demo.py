@@ -41,10 +41,19 @@ from tracerl.rollout.runner import Episode, Policy
 from tracerl.rollout.sampler import SampleRequest
 
 CONFIG = RolloutConfig(budgets=Budgets(steps=5, tool_calls=5), max_turn_tokens=96)
+TEMPERATURE = 0.7
+MISTAKE = ("cancel_order", {"order_id": "A1001"})
+"""The reference agent's deliberate mistake: a call to a tool refund_desk does not have."""
+
+
+def makes_mistake(member: int) -> bool:
+    """Whether the reference agent's group member `member` makes its deliberate mistake."""
+    return member % 4 == 1
 
 
 def reference_policy(bundle: Any, tasks: list[dict[str, Any]]) -> Policy:
-    """The scripted reference agent; member g % 4 == 1 first calls a tool that does not exist."""
+    """The scripted reference agent; in members where `makes_mistake`, its second turn is
+    `MISTAKE`, a call to a tool that does not exist."""
     policy = Policy.from_bundle(bundle, ScriptedSampler([]))
     parser, by_id = policy.parser, {t["id"]: t for t in tasks}
 
@@ -54,25 +63,59 @@ def reference_policy(bundle: Any, tasks: list[dict[str, Any]]) -> Policy:
             parser.format_calls(x) if kind == "calls" else parser.format_answer(x)
             for kind, x in reference_plan(by_id[task_id])
         ]
-        if member % 4 == 1:
-            texts.insert(1, parser.format_calls([("cancel_order", {"order_id": "A1001"})]))
+        if makes_mistake(member):
+            texts.insert(1, parser.format_calls([MISTAKE]))
         return texts[min(request.turn, len(texts) - 1)]
 
     policy.sampler = ScriptedSampler.from_texts(bundle.renderer, turn, logprob=-0.1)
     return policy
 
 
-def _faults(e: Episode) -> str:
-    kinds = [
-        c["result"]["error"]["kind"]
-        for s in e.steps
-        for a in s.get("attempts", [])
-        for c in a.get("calls", [])
-        if c["result"]["error"]
-    ]
-    kinds += [s["fault"]["kind"] for s in e.steps if s.get("fault")]
+def _calls(e: Episode) -> list[dict[str, Any]]:
+    """Every tool call the episode's steps recorded, retried attempts included."""
+    return [c for s in e.steps for a in s.get("attempts", []) for c in a.get("calls", [])]
+
+
+def episode_header(agent: str, e: Episode, model_id: str) -> str:
+    """Who wrote the displayed episode's `policy` turns, and which of its failures were
+    deliberate: from the agent that ran it and its recorded calls."""
+    if agent == "ref":
+        lines = [
+            "Its turns were written by the scripted reference agent, not sampled from a model "
+            "(coloured `policy`: a script stands where the policy would, as in SFT data)."
+        ]
+        refused = any(
+            c["action"]["tool"] == MISTAKE[0]
+            and (c["result"]["error"] or {}).get("kind") == "unknown_tool"
+            for c in _calls(e)
+        )
+        if refused and makes_mistake(episode_member(e.episode_id)):
+            lines.append(
+                f"Its call to `{MISTAKE[0]}`, a tool that does not exist, is deliberate: the "
+                "script makes this mistake in one episode in four, to show a policy fault "
+                "beside the injected ones."
+            )
+    else:
+        lines = [f"Its turns were sampled from {model_id} at temperature {TEMPERATURE}."]
+    injected = [c["result"]["error"]["kind"] for c in _calls(e) if c.get("infra_error")]
+    injected += [s["fault"]["kind"] for s in e.steps if s.get("fault")]
+    if injected:
+        lines.append(
+            f"Tool failures injected by the FaultInjector (the environment's, not the "
+            f"policy's): {_counted(injected)}."
+        )
+    return "\n".join(lines)
+
+
+def _counted(kinds: list[str]) -> str:
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
-    return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items()) or "-"
+    return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items())
+
+
+def _faults(e: Episode) -> str:
+    kinds = [c["result"]["error"]["kind"] for c in _calls(e) if c["result"]["error"]]
+    kinds += [s["fault"]["kind"] for s in e.steps if s.get("fault")]
+    return _counted(kinds) or "-"
 
 
 def _table(rows: list[tuple[str, Episode]]) -> Table:
@@ -99,7 +142,7 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     bundle = load("smollm2-135m-instruct")
     how = "converted from the GGUF and cached" if bundle.origin == "gguf" else "from the cache"
     console.print(f"loaded {bundle.model_id} {how} in {bundle.load_seconds:.1f} s")
-    sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=7)
+    sampler = BatchedHFSampler(bundle.model, temperature=TEMPERATURE, seed=7)
     path = step_file(out_dir, 0)
     path.unlink(missing_ok=True)  # a fresh demo run
     writer = EpisodeWriter(out_dir, step=0)
@@ -127,8 +170,11 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     rows = [("model", e) for g in model_groups for e in g]
     rows += [("ref", e) for g in scripted_groups for e in g]
     episodes = [e for _, e in rows]
-    longest = max(episodes, key=lambda e: (e.receipt.ledger["used"]["tool_calls"], len(e.steps)))
+    agent, longest = max(
+        rows, key=lambda r: (r[1].receipt.ledger["used"]["tool_calls"], len(r[1].steps))
+    )
     console.rule(f"the busiest episode: {longest.episode_id}")
+    console.print(episode_header(agent, longest, bundle.model_id), markup=False)
     print_trajectory(longest.trajectories[-1], console)
     console.print("its budget ledger:")
     console.print_json(json.dumps(longest.receipt.ledger))

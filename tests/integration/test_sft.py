@@ -52,9 +52,9 @@ def test_sft_on_successful_episodes_teaches_the_task(tmp_path):
     good = [t for t in data if t.policy_segments()[0].text[:1] == t.receipt["task"]["answers"][0]]
     assert len(good) == 16
     before = _success(bundle, tasks)
-    history = sft(bundle.model, good, lr=3e-3, epochs=60)
+    result = sft(bundle.model, good, lr=3e-3, epochs=60)
     after = _success(bundle, tasks)
-    assert history[-1] < history[0] / 3
+    assert result.nll_after < result.nll_before / 3
     assert before < 0.3 and after >= 0.75, (before, after)
     # loss only on policy tokens: the prompt's log-likelihood is not what was trained
     assert all(sum(t.loss_mask) == 2 for t in good)  # the digit and the turn end
@@ -93,5 +93,6 @@ def test_sft_command_saves_a_loadable_model(tmp_path):
     result = CliRunner().invoke(app, [*args, "--all", "--epochs", "3", "--lr", "1e-3"])
     assert result.exit_code == 0, result.output
     assert "4 trajectories" in result.stdout
+    assert "before ->" in result.stdout and "after;" in result.stdout
     tuned = load(f"hf:{out}")
     assert tuned.renderer.start([{"role": "user", "content": "1+2="}]).token_ids

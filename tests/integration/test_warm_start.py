@@ -39,7 +39,7 @@ def test_warm_start_lifts_the_model_and_is_recorded_apart(tmp_path):
     assert evals["warm_start"][key] > evals["baseline"][key] + 0.3
     (ws,) = [r for r in rows if r["phase"] == "warm_start"]
     assert ws["warm_start/kept"] == ws["warm_start/episodes"] == 64
-    assert ws["warm_start/nll_last_epoch"] < ws["warm_start/nll_first_epoch"]
+    assert ws["warm_start/nll_after"] < ws["warm_start/nll_before"]
     # the reference's episodes are on disk like any others, its own turns the only loss
     trajs = [t for _, t in read_run_trajectories(run / "warm_start")]
     assert len(trajs) == 64

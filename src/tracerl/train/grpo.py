@@ -9,8 +9,8 @@
     -> one learner update on every sample of every eligible episode
     -> bump the sampler's policy version (the weights are shared in-process)
 
-What it simplifies (for now): no checkpoints, no held-out evaluation inside the step, no
-KL term; those come with `tracerl train`.
+What it leaves to others: checkpoints and held-out evaluation are `tracerl train`'s
+(`tracerl.train.loop`), and a KL term is the learner's (`LearnerConfig.kl_coef`).
 """
 
 from __future__ import annotations

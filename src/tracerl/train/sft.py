@@ -4,12 +4,17 @@ The loss is the mean negative log-likelihood of the policy tokens only — exact
 RL would train on (the loss mask from provenance): prompts, tool output, echoes and template
 scaffolding never carry loss here either. Input: a run directory (optionally only its
 successful, gradient-eligible episodes) or a trajectories JSONL(.gz) file.
+
+The NLL is reported before the first update and after the last one, each measured by a
+forward pass over all the data (no gradient); the per-epoch numbers are the training loss,
+averaged while the weights moved, so with one epoch it is neither "before" nor "after".
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +51,28 @@ def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) ->
     ]
 
 
+@dataclass(frozen=True)
+class SFTResult:
+    nll_before: float
+    """Mean NLL per policy token over the data before the first update (forward pass only)."""
+    nll_after: float
+    """The same after the last update."""
+    nll_epochs: list[float]
+    """Each epoch's training loss: the mean NLL of its micro-batches, each taken just before
+    its own update (so it lags the weights it ends with)."""
+
+
+@torch.no_grad()
+def mean_nll(model: Any, batches: Sequence[Any]) -> float:
+    """Mean negative log-likelihood per loss-masked token over `batches`, without gradients."""
+    total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
+    nll = 0.0
+    for b in batches:
+        lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T, only_B_T=b.loss_mask_B_T)
+        nll -= float((lp * b.loss_mask_B_T).sum())
+    return nll / total
+
+
 def sft(
     model: Any,
     trajectories: Sequence[Trajectory],
@@ -55,9 +82,10 @@ def sft(
     micro_batch_tokens: int = 4096,
     max_grad_norm: float = 1.0,
     progress: Any = None,
-) -> list[float]:
-    """Train; returns the mean NLL per epoch (over policy tokens). `progress` (a
-    `tracerl.report.progress` object) gets a phase with one tick per micro-batch."""
+) -> SFTResult:
+    """Train; returns the mean NLL over policy tokens before and after training, and the
+    training loss of each epoch. `progress` (a `tracerl.report.progress` object) gets a
+    phase with one tick per micro-batch."""
     if not trajectories:
         raise ValueError("sft: no trajectories to learn from (none successful?)")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -66,6 +94,7 @@ def sft(
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
     if total == 0:
         raise ValueError("sft: the trajectories hold no policy tokens; nothing to imitate")
+    before = mean_nll(model, batches)
     if progress is not None:
         progress.phase("SFT micro-batches", epochs * len(batches))
     history = []
@@ -87,4 +116,4 @@ def sft(
             if progress is not None:
                 progress.advance()
         history.append(nll)
-    return history
+    return SFTResult(nll_before=before, nll_after=mean_nll(model, batches), nll_epochs=history)

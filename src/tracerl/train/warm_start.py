@@ -107,7 +107,7 @@ def warm_start(
             f"warm start: the reference agent succeeded on none of {len(episodes)} tasks; "
             "check the environment's check_script with `tracerl check-env`"
         )
-    history = sft(
+    result = sft(
         bundle.model,
         [t for e in kept for t in e.trajectories],
         lr=lr,
@@ -118,8 +118,8 @@ def warm_start(
     return {
         "warm_start/episodes": float(len(episodes)),
         "warm_start/kept": float(len(kept)),
-        "warm_start/nll_first_epoch": history[0],
-        "warm_start/nll_last_epoch": history[-1],
+        "warm_start/nll_before": result.nll_before,
+        "warm_start/nll_after": result.nll_after,
         "time/warm_start_s": time.perf_counter() - t0,
     }
 
@@ -158,7 +158,7 @@ def warm_start_stage(
     sink.log({"step": 0, "phase": "warm_start", **m})
     bars.line(
         f"warm start: SFT on {m['warm_start/kept']:.0f} reference episodes, NLL "
-        f"{m['warm_start/nll_first_epoch']:.3f} -> {m['warm_start/nll_last_epoch']:.3f}, "
+        f"{m['warm_start/nll_before']:.3f} before -> {m['warm_start/nll_after']:.3f} after, "
         f"{m['time/warm_start_s']:.1f} s"
     )
     policy.sampler.policy_version += 1  # the fine-tuned weights: a new version, evaluated
