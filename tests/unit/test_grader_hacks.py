@@ -19,9 +19,10 @@ import pytest
 
 from tracerl.envs import get_parser, make
 from tracerl.envs.coderepair.env import graded_tests
-from tracerl.envs.coderepair.grader import compile_suite, grade
+from tracerl.envs.coderepair.grader import compile_suite
 from tracerl.envs.coderepair.reward import CODE_REPAIR_REWARD, code_repair_reward
 from tracerl.envs.coderepair.tasks import make_task
+from tracerl.envs.coderepair.verdict import grade
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.episode import score_episode

@@ -24,9 +24,10 @@ import re
 from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
-from tracerl.envs.coderepair.grader import compile_suite, grade, new_nonce
+from tracerl.envs.coderepair.grader import compile_suite
 from tracerl.envs.coderepair.sandbox import Limits, RunResult, run_files, write_tree
 from tracerl.envs.coderepair.tasks import sample_tasks as _sample
+from tracerl.envs.coderepair.verdict import grade, new_nonce
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import InfraError, PolicyError, ToolResult, tool
 from tracerl.types import FaultKind, ToolCall

@@ -20,9 +20,10 @@ expectations that never enter it.**
    observation as a framed JSON line: the value, as exact built-in types only (an object
    with its own ``__eq__``, or a subclass of ``int``, is an opaque record), or the
    exception raised (``SystemExit`` included).
-3. `grade` (here) evaluates every assertion on plain data. A test passes only if each of its
-   assertions has exactly one observation and holds, and the test ran to its end. Missing,
-   duplicated or malformed observations fail. Nothing from the sandbox is executed here.
+3. `verdict.grade` (on the host) evaluates every assertion on plain data. A test passes
+   only if each of its assertions has exactly one observation and holds, and the test ran
+   to its end. Missing, duplicated or malformed observations fail. Nothing from the sandbox
+   is executed on the host.
 
 So whatever the patch does inside the sandbox — patch `unittest`, monkeypatch assertion
 methods, print a passing summary, ``sys.exit(0)``, ``os._exit(0)``, fork a child that
@@ -42,14 +43,11 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import re
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HARNESS = Path(__file__).with_name("harness.py")
-FRAME = "\x1eTRACERL-OBS "
 
 # assertion method -> (operation, number of compared arguments)
 _METHODS = {
@@ -235,7 +233,7 @@ class _Module:
                 )
 
     def new_check(self, op: str, args: list[ast.expr], where: ast.AST, **opts: Any) -> list:
-        """Register a check; returns (its observation statements, the check)."""
+        """Register a check; returns the observation statements that feed it."""
         stmts, kept = [], []
         for a in args:
             try:
@@ -245,7 +243,8 @@ class _Module:
                 kept.append(("obs", i))
                 stmts.append(_obs_stmt(i, a))
         cid = len(self.suite.checks)
-        self.suite.checks[cid] = Check(op, kept, f"{self.path}:{where.lineno}", opts)  # type: ignore[attr-defined]
+        line = getattr(where, "lineno", 0)
+        self.suite.checks[cid] = Check(op, kept, f"{self.path}:{line}", opts)
         self.checks.append(cid)
         return stmts
 
@@ -351,204 +350,3 @@ def _obs_stmt(i: int, expr: ast.expr) -> ast.stmt:
     lam = ast.Lambda(_no_args(), expr)
     call = ast.Call(ast.Name("_obs", ast.Load()), [ast.Constant(i), lam], [])
     return ast.Expr(call)
-
-
-# ---- the verdict, outside the sandbox ---------------------------------------------------
-def new_nonce() -> str:
-    return secrets.token_hex(16)
-
-
-def read_observations(output: str, nonce: str) -> dict[str, Any]:
-    """The harness's framed records from the sandbox's output (anything else is ignored)."""
-    prefix = f"{FRAME}{nonce} "
-    obs: dict[int, list[dict]] = {}
-    tests: dict[str, list[dict]] = {}
-    modules: dict[str, str] = {}
-    for line in output.split("\n"):  # not splitlines(): it splits at the frame's \x1e
-        at = line.find(prefix)
-        if at < 0:
-            continue
-        try:
-            rec = json.loads(line[at + len(prefix) :])
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if isinstance(rec.get("i"), int):
-            obs.setdefault(rec["i"], []).append(rec)
-        elif isinstance(rec.get("test"), str):
-            tests.setdefault(rec["test"], []).append(rec)
-        elif isinstance(rec.get("module"), str):
-            modules[rec["module"]] = str(rec.get("error"))
-    return {"obs": obs, "tests": tests, "modules": modules}
-
-
-def grade(suite: Suite, output: str, nonce: str, limit: str | None = None) -> dict[str, Any]:
-    """The verdict: per test, passed / failed (an assertion does not hold) / error (missing
-    or conflicting observations, an exception outside any assertion, the module failed to
-    import). Summary keys as before: ran, failures, errors, ok, limit, failing."""
-    seen = read_observations(output, nonce)
-    failures, errors, failing = 0, 0, []
-    for name, check_ids in suite.tests.items():
-        verdict = _test_verdict(suite, name, check_ids, seen)
-        if verdict != "pass":
-            failures += verdict == "fail"
-            errors += verdict == "error"
-            failing.append(name)
-    ran = len(suite.tests)
-    conflicts = sum(len(v) > 1 for v in seen["obs"].values())
-    return {
-        "ran": ran,
-        "failures": failures,
-        "errors": errors,
-        "ok": ran > 0 and not failures and not errors,
-        "limit": limit,
-        "failing": failing,
-        "checks": len(suite.checks),
-        "conflicting_observations": conflicts,
-    }
-
-
-def _test_verdict(suite: Suite, name: str, check_ids: list[int], seen: dict) -> str:
-    records = seen["tests"].get(name, [])
-    if len(records) != 1 or not records[0].get("done"):
-        # no end record (the process died or was cut), an error outside any assertion, or
-        # more than one end record (forged)
-        ran_checks = [_holds(suite.checks[c], seen["obs"]) for c in check_ids]
-        return "fail" if False in ran_checks else "error"
-    results = [_holds(suite.checks[c], seen["obs"]) for c in check_ids]
-    if None in results:
-        return "error"
-    return "pass" if all(results) else "fail"
-
-
-def _holds(check: Check, obs: dict[int, list[dict]]) -> bool | None:
-    """True / False, or None when an observation is missing or was reported twice."""
-    values = []
-    for kind, x in check.args:
-        if kind == "const":
-            values.append(("value", x))
-            continue
-        recs = obs.get(x, [])
-        if len(recs) != 1:
-            return None
-        rec = recs[0]
-        if "raised" in rec:
-            values.append(("raised", rec))
-        elif "value" in rec:
-            value = _decode(rec["value"])
-            if isinstance(value, _Opaque):
-                value.truthy = rec.get("truthy") is True
-            values.append(("value", value))
-        else:
-            return None
-    if check.op == "raises":
-        kind, rec = values[0]
-        return kind == "raised" and _raised_as(rec, check.opts)
-    if any(kind == "raised" for kind, _ in values):
-        return False  # an exception where a value was asserted
-    try:
-        return bool(_OPS[check.op](*[v for _, v in values], check.opts))
-    except Exception:
-        return False
-
-
-def _raised_as(rec: dict, opts: dict) -> bool:
-    mro = [tuple(x) for x in rec.get("raised", []) if isinstance(x, list) and len(x) == 2]
-    ok = any(
-        qual == name and (module == where if where == "builtins" else module.startswith(where))
-        for where, name in opts["raises"]
-        for module, qual in mro
-        if isinstance(module, str)
-    )
-    if ok and "regex" in opts:
-        ok = re.search(opts["regex"], str(rec.get("message", ""))) is not None
-    return ok
-
-
-class _Opaque:
-    """A value the sandbox could not express as plain data: equal to nothing; its truth is
-    what the sandbox reported (its own ``__bool__``)."""
-
-    def __init__(self, what: Any, truthy: bool = False) -> None:
-        self.what, self.truthy = what, truthy
-
-    def __bool__(self) -> bool:
-        return self.truthy
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        return id(self)
-
-
-def _decode(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_decode(x) for x in v]
-    if not isinstance(v, dict):
-        return v
-    if len(v) != 1:
-        return _Opaque(v)
-    ((tag, inner),) = v.items()
-    try:
-        if tag == "__tuple__":
-            return tuple(_decode(x) for x in inner)
-        if tag == "__set__":
-            return {_decode(x) for x in inner}
-        if tag == "__dict__":
-            return {_decode(k): _decode(x) for k, x in inner}
-        if tag == "__bytes__":
-            return bytes.fromhex(inner)
-    except (TypeError, ValueError):
-        pass
-    return _Opaque(v)
-
-
-def _is(a: Any, b: Any) -> bool:
-    """Identity is defined outside the sandbox only for None, True and False; otherwise
-    equal values of the same type."""
-    if any(x is s for x in (a, b) for s in (None, True, False)):
-        return a is b
-    return type(a) is type(b) and a == b
-
-
-def _almost(a: Any, b: Any, o: dict) -> bool:
-    if a == b:
-        return True
-    if o.get("delta") is not None:
-        return abs(a - b) <= o["delta"]
-    return round(abs(a - b), o.get("places") or 7) == 0
-
-
-def _count_eq(a: Any, b: Any, _: dict) -> bool:
-    rest = list(b)
-    for x in a:
-        for j, y in enumerate(rest):
-            if x == y:
-                del rest[j]
-                break
-        else:
-            return False
-    return not rest
-
-
-_OPS = {
-    "eq": lambda a, b, _: a == b,
-    "ne": lambda a, b, _: a != b,
-    "true": lambda a, _: bool(a),
-    "false": lambda a, _: not a,
-    "is_none": lambda a, _: a is None,
-    "not_none": lambda a, _: a is not None,
-    "is": lambda a, b, _: _is(a, b),
-    "is_not": lambda a, b, _: not _is(a, b),
-    "in": lambda a, b, _: a in b,
-    "not_in": lambda a, b, _: a not in b,
-    "gt": lambda a, b, _: a > b,
-    "ge": lambda a, b, _: a >= b,
-    "lt": lambda a, b, _: a < b,
-    "le": lambda a, b, _: a <= b,
-    "almost": _almost,
-    "not_almost": lambda a, b, o: not _almost(a, b, o),
-    "count_eq": _count_eq,
-}
