@@ -150,3 +150,12 @@ def test_replay_command_exit_codes(tiny, tmp_path):
     assert bad.exit_code == 1 and "token 3" in bad.stdout
     missing = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", "nope"])
     assert missing.exit_code == 2 and "episodes include" in missing.output
+
+
+def test_arithmetic_held_out_sums_are_never_trained_on():
+    env = make("arithmetic")
+    train = {t["id"] for s in range(20) for t in env.sample_tasks(100, seed=s)}
+    held = {t["id"] for s in range(20) for t in env.sample_tasks(100, seed=s, split="heldout")}
+    assert len(train) == 80 and len(held) == 20 and not train & held
+    with pytest.raises(ValueError, match="heldout"):
+        env.sample_tasks(4, split="test")

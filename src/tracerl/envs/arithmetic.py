@@ -14,6 +14,16 @@ from tracerl.envs.base import Message, StepResult, ToolEnv
 from tracerl.envs.parsers import Action
 
 
+def _splits() -> dict[str, list[tuple[int, int]]]:
+    pairs = [(a, b) for a in range(10) for b in range(10)]
+    held = set(random.Random("arithmetic:heldout-pairs").sample(pairs, 20))
+    return {"train": [p for p in pairs if p not in held], "heldout": sorted(held)}
+
+
+SPLITS = _splits()
+"""The 100 single-digit sums, split once: 80 to train on, 20 held out (never trained on)."""
+
+
 class Arithmetic(ToolEnv):
     name = "arithmetic"
     version = "1.0"
@@ -26,8 +36,12 @@ class Arithmetic(ToolEnv):
         return StepResult([], terminated=True, info={"answer": self.answer})
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-        rng = random.Random(f"arithmetic:{split}:{seed}")
-        pairs = rng.sample([(a, b) for a in range(10) for b in range(10)], min(n, 100))
+        """`n` sums of the split (at most its size), in a seeded order. The 100 sums are
+        split once: `heldout` holds 20 that `train` never has."""
+        if split not in SPLITS:
+            raise ValueError(f"arithmetic: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        pool = SPLITS[split]
+        pairs = random.Random(f"arithmetic:{split}:{seed}").sample(pool, min(n, len(pool)))
         return [
             {"id": f"sum-{a}-{b}", "a": a, "b": b, "answers": [str((a + b) % 10)]} for a, b in pairs
         ]
