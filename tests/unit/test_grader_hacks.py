@@ -227,20 +227,22 @@ def test_modules_planted_to_shadow_the_standard_library_change_nothing(tiny, not
 
 
 def test_a_symlink_smuggled_in_a_patch_reaches_neither_grading_nor_the_host(tiny, nothing):
-    """A git-style patch adding a symlink to the tests (or to anywhere): the work tree is
-    dumped as file contents, so grading never sees a link, and the grade does not move."""
+    """A git-style patch adding a symlink (here into the tests): the patched tree is read
+    back as file contents, so the episode's tree holds a plain copy, grading never sees a
+    link, and the grade does not move."""
     link = (
         f"diff --git a/{PKG}/link.py b/{PKG}/link.py\nnew file mode 120000\n"
         f"--- /dev/null\n+++ b/{PKG}/link.py\n@@ -0,0 +1 @@\n+../tests/test_stats.py\n"
         "\\ No newline at end of file\n"
     )
+    env = make("coderepair")
+    asyncio.run(env.reset(TASK, 0))
+    result = asyncio.run(env.submit_patch({"unified_diff": link}))
+    assert result.ok and env.files[f"{PKG}/link.py"] == TASK["files"]["tests/test_stats.py"]
     text = P.format_calls([("submit_patch", {"unified_diff": link})])
-    r, e = _episode(tiny, [text, "Fixed."])
+    r, _ = _episode(tiny, [text, "Fixed."])
     assert r.total <= nothing[0].total
-    env_files = e.steps[0]["calls"][0]["result"]["effect"]
-    assert env_files is None or "tests/test_stats.py" not in str(
-        env_files.get("patch", {}).get("forbidden")
-    )
+    assert not r.component("hidden_tests").evidence["hidden_tests"]["ok"]
 
 
 def test_code_run_by_run_tests_cannot_edit_the_tree_that_is_graded(tiny, nothing):

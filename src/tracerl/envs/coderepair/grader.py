@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,7 @@ class Suite:
     modules: list[tuple[str, list[tuple[str | None, str]]]]  # path -> its tests
     checks: dict[int, Check]
     tests: dict[str, list[int]]  # "path::Class::test" -> its checks, in order
+    sha256: str = ""  # of the test files compiled: which tests graded, for the receipt
 
     def sandbox_files(self) -> dict[str, str]:
         manifest = {"modules": [[p, [list(t) for t in ts]] for p, ts in self.modules]}
@@ -128,7 +130,8 @@ def compile_suite(files: dict[str, str]) -> Suite:
 
 @functools.lru_cache(maxsize=256)
 def _compile(items: tuple[tuple[str, str], ...]) -> Suite:
-    suite = Suite({}, [], {}, {})
+    digest = hashlib.sha256(json.dumps(items).encode()).hexdigest()
+    suite = Suite({}, [], {}, {}, digest)
     for path, source in items:
         _Module(suite, path, source).compile()
     return suite

@@ -72,6 +72,7 @@ def grade(suite: Suite, output: str, nonce: str, limit: str | None = None) -> di
         "failing": failing,
         "checks": len(suite.checks),
         "conflicting_observations": conflicts,
+        "suite_sha256": suite.sha256,
     }
 
 
