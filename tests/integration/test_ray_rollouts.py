@@ -246,6 +246,9 @@ def test_an_external_server_kept_in_step_by_lora_hot_loads(cluster, tmp_path):
     assert got.keys() == want.keys()
     assert all(got[key] == want[key] for key in want)
     assert _metrics(run) == _metrics(want_run)
+    # not vacuous: the adapters really moved (before the arithmetic split of issue 18 every
+    # reward here was 0, no update happened, and unseeded LoRA init went unnoticed)
+    assert any(m.get("train/loss") for m in _metrics(run))
     # step s was sampled by adapter v<s>, which the server named in its answers
     for path, t in read_run_trajectories(run):
         step = int(path.name.split("_")[1].split(".")[0])

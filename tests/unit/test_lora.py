@@ -101,3 +101,17 @@ def test_a_lora_checkpoint_holds_the_adapters_and_restores_them(tiny, lora_model
     assert is_lora(fresh) and set(trainable_state(fresh)) == set(saved)
     restore(latest_checkpoint(tmp_path), fresh, Learner(fresh).optimizer, HFSampler(fresh))
     assert torch.allclose(_logprob(fresh, trajs), expected, atol=1e-6)
+
+
+def test_adapters_start_from_the_run_seed_so_two_runs_update_alike(tiny):
+    """peft draws the adapters' A at random: with one seed two runs start (and so update)
+    from the same adapters, whatever the global random state; another seed differs."""
+
+    def adapters(seed):
+        torch.manual_seed(1234 + seed)  # a global state that must not matter
+        m = apply_lora(copy.deepcopy(tiny.model), r=4, alpha=8, seed=seed)
+        return {k: v.clone() for k, v in m.state_dict().items() if "lora_A" in k}
+
+    a, b, c = adapters(0), adapters(0), adapters(1)
+    assert a and all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)

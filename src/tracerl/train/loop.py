@@ -143,7 +143,9 @@ def build_policy(cfg: RunConfig, spec: str | None = None) -> tuple[Any, BatchedH
     bundle = load(spec)
     bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
     if cfg.model.lora is not None and spec == cfg.model.spec:
-        bundle.model = apply_lora(bundle.model, **cfg.model.lora.model_dump())
+        bundle.model = apply_lora(
+            bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed
+        )
     sampler = BatchedHFSampler(
         bundle.model,
         temperature=cfg.model.temperature,

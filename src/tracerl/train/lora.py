@@ -49,8 +49,13 @@ def apply_lora(
     alpha: int = 32,
     dropout: float = 0.0,
     target_modules: tuple[str, ...] | list[str] = LORA_TARGETS,
+    seed: int = 0,
 ) -> Any:
-    """The model with LoRA adapters (extra ``lora``: `pip install peft`); base weights frozen."""
+    """The model with LoRA adapters (extra ``lora``: `pip install peft`); base weights frozen.
+
+    The adapters' initial weights (peft draws A at random; B starts at 0) are drawn from
+    `seed`, outside the global random state: two runs with one seed start from the same
+    adapters, so their updates, and everything sampled after them, are the same."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -62,7 +67,10 @@ def apply_lora(
         target_modules=list(target_modules),
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, cfg)
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        return get_peft_model(model, cfg)
 
 
 def is_lora(model: Any) -> bool:
