@@ -29,8 +29,8 @@ install: $(STAMP)
 
 # The rollout engine under injected faults (measured on 2 idle cores: 25 s on a first run,
 # 13 s of it converting the GGUF; 12 s once cached; 50-175 s while a test suite shared the
-# cores), then SmolLM2 learning to search (configs/demo.yaml, ~11 min on 2 cores); each run
-# starts fresh. The training run ends by writing its dashboard,
+# cores), then SmolLM2 learning to search (configs/demo.yaml, ~8 min on 2 idle cores, 11 on
+# a busy machine); each run starts fresh. The training run ends by writing its dashboard,
 # runs/demo-search/report/index.html, and printing that path.
 demo: $(STAMP)
 	$(VENV)/bin/tracerl demo
