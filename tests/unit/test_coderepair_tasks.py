@@ -37,7 +37,9 @@ def test_the_hidden_tests_catch_the_bug_and_pass_the_fix(template, kind, tmp_pat
     assert not grade_files(task, files, Limits())["ok"]
     files[task["buggy_file"]] = TEMPLATES[task["template"]].source
     verdict = grade_files(task, files, Limits())
-    assert verdict["ok"] and verdict["ran"] == len(compile_suite(graded_tests(task)).tests)
+    hidden = compile_suite(task["hidden_tests"]).tests
+    assert verdict["ok"] and verdict["ran"] == len(hidden) and verdict["visible_failing"] == []
+    assert len(compile_suite(graded_tests(task)).tests) > len(hidden)  # visible ones graded too
 
 
 def test_the_fix_diff_turns_the_buggy_file_into_the_correct_one():

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from tracerl.envs import get_parser, make
-from tracerl.envs.coderepair.env import graded_tests
+from tracerl.envs.coderepair.env import grade_files, graded_tests
 from tracerl.envs.coderepair.grader import compile_suite
 from tracerl.envs.coderepair.reward import CODE_REPAIR_REWARD, code_repair_reward
+from tracerl.envs.coderepair.sandbox import Limits, write_tree
 from tracerl.envs.coderepair.tasks import make_task
+from tracerl.envs.coderepair.templates import TEMPLATES
 from tracerl.envs.coderepair.verdict import grade
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
@@ -310,3 +313,84 @@ def test_a_real_fix_still_scores_in_full_and_a_fix_in_init_counts(tiny):
     fix = "from . import stats as _s\n_s.clamp = lambda x, lo, hi: _s._bound(x, lo, hi)\n"
     r = _hacked(tiny, _patch((INIT, fix)), CODE_REPAIR_REWARD)
     assert r.component("hidden_tests").value == 1.0
+
+
+# found by red-teaming the grader: ways to turn a failure into an environment outage
+# (excluded from training), to forge the visible tests' share, or to fake an exception
+
+
+POISON = {
+    "prints what bwrap prints when it fails": (
+        "import os\nos.write(1, b'bwrap: Can not mount proc: Operation not permitted\\n')\n"
+    ),
+    "SIGKILLs its own process": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "forges a record nested deep enough to crash a JSON parser": (
+        "import os, sys\nos.write(1, ('\\x1eTRACERL-OBS ' + sys.argv[-1] + ' ' + '[' * 100000"
+        " + '\\n').encode())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(POISON))
+def test_a_hack_cannot_turn_its_failure_into_an_environment_outage(tiny, nothing, kind):
+    """An outage is excluded from training: a policy that could cause one at will would
+    hide every failure it makes. Failures the code causes stay the policy's."""
+    r, e = _episode(tiny, [_patch((INIT, POISON[kind])), "Fixed."])
+    assert e.attribution.value == "policy" and e.gradient_eligible, (kind, e.stop_reason)
+    assert e.stop_reason.value == "answered"
+    assert r.total <= nothing[0].total
+
+
+def test_forging_the_visible_tests_records_adds_nothing_to_the_share(tiny, nothing):
+    """The visible tests grade too, and their expected values are in the agent's tree: a
+    hack that reads them and rewrites the harness's records for their observations could
+    lift the share of passing tests. The share counts hidden tests only; visible tests can
+    only make `ok` false."""
+    forge = (Path(__file__).parent / "hacks" / "forge_visible_init.txt").read_text()
+    r = _hacked(tiny, _patch((INIT, forge)), SHARE)
+    hidden = r.component("hidden_tests").evidence["hidden_tests"]
+    assert r.total <= nothing[1].total and not hidden["ok"]
+    assert all("_hidden" in name for name in hidden["failing"])
+
+
+def test_an_exception_class_calling_itself_builtins_valueerror_is_not_one():
+    """percent(3, 0) must raise ValueError: a ZeroDivisionError subclass renamed
+    builtins.ValueError is reported as what it is."""
+    task = make_task("stats", "exception_not_raised", seed=0)
+    pkg, module = task["package"], task["buggy_file"]
+    fake = (
+        "from . import stats as _s\n"
+        "class _Z(ZeroDivisionError):\n    pass\n"
+        "_Z.__module__, _Z.__qualname__, _Z.__name__ = 'builtins', 'ValueError', 'ValueError'\n"
+        "_orig = _s.percent\n"
+        "def percent(*a, **k):\n"
+        "    try:\n        return _orig(*a, **k)\n"
+        "    except ZeroDivisionError as e:\n        raise _Z(str(e)) from None\n"
+        "_s.percent = percent\n"
+    )
+    files = {**task["files"], f"{pkg}/__init__.py": fake}
+    verdict = grade_files(task, files, Limits())
+    assert not verdict["ok"] and any("test_percent" in n for n in verdict["failing"])
+    fixed = {**task["files"], module: TEMPLATES["stats"].source}
+    assert grade_files(task, fixed, Limits())["ok"]
+
+
+def test_a_patch_never_writes_version_control_metadata_or_tests_for_real(tmp_path):
+    """With real writes allowed, a patch adding .git/config (core.fsmonitor runs a host
+    command at the next `git status`) or editing the tests is reported as forbidden and
+    written nowhere; the fix itself is written."""
+    repo = tmp_path / "repo"
+    write_tree(TASK["files"], repo)
+    task = {**TASK, "source_dir": str(repo), "allow_real_writes": True}
+    env = make("coderepair", side_effect_guard="off")
+    asyncio.run(env.reset(task, 0))
+    config = '[core]\n\tfsmonitor = "touch /tmp/pwned; false"\n'
+    diff = _replace(".git/config", config) + _replace("tests/test_stats.py", "# gone\n")
+    result = asyncio.run(env.submit_patch({"unified_diff": diff + TASK["fix_diff"]}))
+    assert result.ok and sorted(result.effect["patch"]["forbidden"]) == [
+        ".git/config",
+        "tests/test_stats.py",
+    ]
+    assert not (repo / ".git").exists()
+    assert (repo / "tests/test_stats.py").read_text() == TASK["files"]["tests/test_stats.py"]
+    assert env.written == [TASK["buggy_file"]]

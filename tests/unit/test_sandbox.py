@@ -142,12 +142,15 @@ def test_the_sandbox_failing_to_start_is_the_environments(tree, tmp_path):
 
 
 def test_a_sandbox_killed_from_outside_is_the_environments(tree):
-    """The host killing the sandbox (an OOM killer, an operator) is not the code's doing."""
+    """The host killing the sandbox itself (bwrap, outside its namespaces: an operator, an
+    OOM killer) is not the code's doing."""
     import threading
 
     def killer():
-        for _ in range(100):  # wait for the payload to start, then kill it from outside
-            if subprocess.run(["pkill", "-KILL", "-f", "^/bin/sleep 30.25$"]).returncode == 0:
+        for _ in range(100):  # wait for the payload to start, then kill bwrap from outside
+            started = subprocess.run(["pgrep", "-f", r"^/bin/sleep 30\.25$"]).returncode == 0
+            bwrap = [r"pkill", "-KILL", "-f", r"^\S*bwrap .*sleep 30\.25$"]
+            if started and subprocess.run(bwrap).returncode == 0:
                 return
             time.sleep(0.05)
 
@@ -157,3 +160,31 @@ def test_a_sandbox_killed_from_outside_is_the_environments(tree):
     t.join()
     assert r.status == "sandbox_error" and r.owner is Attribution.ENVIRONMENT
     assert "killed from outside" in r.detail
+
+
+def test_code_cannot_pass_its_own_failure_off_as_the_sandboxs(tree):
+    """Code that kills itself, or prints what bwrap prints when it fails, is still the
+    policy's: whether the sandbox started is read from a pipe its start-up script writes
+    before the code runs, never from the code's output or exit status."""
+    for code in (
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        "import os, signal\nos.killpg(0, signal.SIGKILL)\n",
+        "print('bwrap: Can not mount tmpfs on /newroot')\nraise SystemExit(1)\n",
+    ):
+        r = _run(tree, code)
+        assert r.status == "failed" and r.owner is Attribution.POLICY, (code, r)
+
+
+def test_the_tracerl_package_is_masked_when_it_lives_under_usr(tree, monkeypatch):
+    """Installed system-wide (a container image), tracerl would sit under the bound /usr,
+    and its task templates hold the hidden tests: such folders are mounted over, empty."""
+    from tracerl.envs.coderepair import sandbox
+
+    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [Path("/usr/share/doc")])
+    code = "import os\nprint(len(os.listdir('/usr/share/doc')))\n"
+    assert Path("/usr/share/doc").is_dir() and os.listdir("/usr/share/doc")
+    assert _run(tree, code).output.strip() == "0"
+    monkeypatch.undo()
+    assert sandbox.hidden_paths() == []  # here tracerl lives in a virtual environment
+    r = _run(tree, "import tracerl\n")
+    assert r.status == "failed" and "No module named 'tracerl'" in r.output

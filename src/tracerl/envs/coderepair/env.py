@@ -197,14 +197,14 @@ class CodeRepair(ToolEnv):
         before, self.files = self.files, after
         # what the patch really changed, added or deleted (whatever its headers claim)
         touched = sorted(p for p in {*before, *self.files} if before.get(p) != self.files.get(p))
-        forbidden = [
-            p for p in touched if any(p.startswith(f) for f in self.task.get("forbidden", []))
-        ]
+        forbidden = [p for p in touched if _forbidden(p, self.task.get("forbidden", []))]
         self.forbidden_touched |= set(forbidden)
         self.patches_applied += 1
         effect = {"patch": {"files": touched, "forbidden": forbidden, "dry_run": dry_run}}
         if not dry_run and self.task.get("source_dir"):
-            real = {p: self.files[p] for p in touched if p in self.files}
+            # a forbidden path (the tests, version-control metadata: a .git/config or hook
+            # would run commands on the host) is reported, never written for real
+            real = {p: self.files[p] for p in touched if p in self.files and p not in forbidden}
             write_tree(real, self.task["source_dir"])
             self.written += sorted(real)
         what = ", ".join(touched) or "nothing (the patch changed no file)"
@@ -259,6 +259,14 @@ class CodeRepair(ToolEnv):
         return oracle_actions(task)
 
 
+VCS_DIRS = {".git", ".hg", ".svn"}
+"""Version-control metadata: forbidden in every task (hooks and config run host commands)."""
+
+
+def _forbidden(path: str, prefixes: list[str]) -> bool:
+    return any(path.startswith(f) for f in prefixes) or bool(VCS_DIRS & set(path.split("/")))
+
+
 def _read_dump(output: str) -> dict[str, str] | None:
     """The patched tree as the dump printed it: {path: text}, or None if it is not that."""
     try:
@@ -288,7 +296,7 @@ def grade_files(task: dict[str, Any], files: dict[str, str], limits: Limits) -> 
     r = run_files(files, argv, grading, grade=suite.sandbox_files())
     if r.status == "sandbox_error":
         raise InfraError(f"the sandbox failed: {r.detail or r.output[:200]}", retryable=True)
-    return grade(suite, r.output, nonce, r.limit)
+    return grade(suite, r.output, nonce, r.limit, counted=set(task.get("hidden_tests", {})))
 
 
 def oracle_actions(task: dict[str, Any]) -> list[Action]:

@@ -11,6 +11,7 @@ time: the worst it can do is report wrong or missing observations, which fail.
 Standard library only; this file is copied into the sandbox as it is.
 """
 
+import builtins
 import importlib.util
 import json
 import os
@@ -20,6 +21,9 @@ NONCE = sys.argv[1] if len(sys.argv) > 1 else ""
 _OUT = os.dup(1)  # our own copy of stdout, taken before any tested code runs
 _write, _dumps = os.write, json.dumps
 MAX_ITEMS = 10_000
+# the real built-in classes, taken before any tested code runs: a class of the package's
+# that names itself after a built-in is not reported as one
+_BUILTINS = {k: v for k, v in vars(builtins).items() if isinstance(v, type)}
 
 
 def emit(record):
@@ -28,7 +32,11 @@ def emit(record):
 
 
 def _name(cls):
-    return [str(getattr(cls, "__module__", "?")), str(getattr(cls, "__qualname__", "?"))]
+    module = str(getattr(cls, "__module__", "?"))
+    qualname = str(getattr(cls, "__qualname__", "?"))
+    if module == "builtins" and _BUILTINS.get(qualname) is not cls:
+        module = "<not builtins>"
+    return [module, qualname]
 
 
 def plain(value, budget=None):

@@ -12,9 +12,13 @@ Every test run and every patch application of the code-repair environment runs h
 * rlimits on CPU time, address space, processes, file size and core dumps, a cap on the
   output read back, and a wall-clock timeout after which the whole process group is killed.
 
-Who owns a failure. The sandbox not starting (bwrap missing or refusing) or being killed from
-outside is the environment's (retryable). The code timing out, exhausting memory or a limit,
-or flooding the output is the policy's: its code did it, and the result says which limit.
+Who owns a failure. The sandbox not starting (bwrap missing or refusing) or bwrap being
+killed from outside is the environment's (retryable). Whether it started is read from a
+pipe its start-up script writes to before the caller's command runs, never from the
+command's output. The code timing out, exhausting memory or a limit, flooding the output,
+or being killed inside the sandbox (code can kill itself) is the policy's: its code did it,
+and the result says which limit. tracerl's own package is masked when it lives under the
+bound ``/usr`` (`hidden_paths`): its templates hold the hidden tests.
 """
 
 from __future__ import annotations
@@ -123,22 +127,50 @@ def _system_binds() -> list[str]:
     return args
 
 
+def hidden_paths() -> list[Path]:
+    """Host folders inside the system binds that the sandbox must not see: tracerl's own
+    package (its task templates hold the hidden tests and their expected values) when it is
+    installed under ``/usr`` (a system-wide pip install, a container image)."""
+    import tracerl
+
+    pkg = Path(tracerl.__file__).resolve().parent
+    roots = [Path("/usr")] + [
+        Path("/") / d for d in ("bin", "sbin", "lib", "lib64", "lib32") if not _is_link(d)
+    ]
+    return [pkg] if any(pkg.is_relative_to(r) for r in roots) else []
+
+
+def _is_link(name: str) -> bool:
+    return (Path("/") / name).is_symlink()
+
+
 def bwrap_argv(
     tree: Path,
     argv: list[str],
     limits: Limits,
     bwrap: str | None = None,
     grade: Path | None = None,
+    started_fd: int | None = None,
 ) -> list[str]:
     """The full command line: bwrap, its isolation flags, then `argv` run in ``/work``, a
-    tmpfs copy of `tree`; `grade`, when given, is bound read-only at ``/grade``."""
+    tmpfs copy of `tree`; `grade`, when given, is bound read-only at ``/grade``.
+
+    `started_fd`: a file descriptor the sandbox's own start-up script writes one byte to
+    once the sandbox is up, and closes before the tested code runs. Whether the sandbox
+    started is read from there, never from what the code prints (code printing
+    ``bwrap: ...`` must not pass for the sandbox failing)."""
     grade_bind = ["--ro-bind", str(grade), "/grade"] if grade is not None else []
+    masks = [arg for p in hidden_paths() for arg in ("--tmpfs", str(p))]
+    shell, start = "/bin/sh", 'cp -r /src/. /work/ && exec "$@"'
+    if started_fd is not None:  # bash: dash takes single-digit descriptors only
+        shell, start = "/bin/bash", f"printf s >&{started_fd}; exec {started_fd}>&-; {start}"
     return [
         bwrap or find_bwrap(),
         "--unshare-all",  # network, pid, ipc, uts, cgroup (and user, unprivileged)
         "--die-with-parent",
         "--new-session",
         *_system_binds(),
+        *masks,
         "--proc", "/proc",
         "--dev", "/dev",
         "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
@@ -152,7 +184,7 @@ def bwrap_argv(
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--hostname", "sandbox",
         "--chdir", "/work",
-        "/bin/sh", "-c", 'cp -r /src/. /work/ && exec "$@"', "sandbox",
+        shell, "-c", start, "sandbox",
         *argv,
     ]  # fmt: skip
 
@@ -242,7 +274,10 @@ def _run(
     uid: int,
     grade: Path | None = None,
 ) -> RunResult:
-    cmd = bwrap_argv(tree, argv, limits, bwrap, grade)
+    # the start-up marker needs bash; without it, bwrap's "bwrap:" prefix tells
+    started_r, started_w = os.pipe() if Path("/bin/bash").exists() else (-1, -1)
+    marker = started_w if started_w >= 0 else None
+    cmd = bwrap_argv(tree, argv, limits, bwrap, grade, started_fd=marker)
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -252,28 +287,51 @@ def _run(
             stderr=subprocess.STDOUT,
             preexec_fn=lambda: _demote(limits, uid),  # runs in the child before exec
             start_new_session=True,
+            pass_fds=(started_w,) if marker is not None else (),
         )
     except OSError as e:
+        if marker is not None:
+            os.close(started_r)
         return RunResult("sandbox_error", None, "", 0.0, detail=f"{type(e).__name__}: {e}")
+    finally:
+        if marker is not None:
+            os.close(started_w)
     out, cut = _read_capped(proc, limits, t0)
     _, status, usage = os.wait4(proc.pid, 0)  # with the CPU time the sandbox used
     rc = proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
     text = out.decode("utf-8", "replace")
+    started = _started(started_r) if marker is not None else not text.startswith("bwrap:")
     if cut is not None:
         return RunResult("limit", rc, text, wall, cut)
-    if text.startswith("bwrap:"):  # bwrap reports its own failures before running anything
-        return RunResult("sandbox_error", rc, text, wall, detail=text.splitlines()[0])
+    if rc < 0:  # bwrap itself, outside the sandbox, was killed: not by the code inside
+        return RunResult("sandbox_error", rc, text, wall, detail=f"killed from outside ({rc})")
+    if not started:  # bwrap failed before anything of the caller's ran
+        first = text.splitlines()[0] if text else f"exit {rc}"
+        return RunResult("sandbox_error", rc, text, wall, detail=first)
     if rc == 0:
         return RunResult("ok", rc, text, wall)
-    signum = -rc if rc < 0 else rc - 128 if rc > 128 else None  # bwrap passes 128 + signal
+    signum = rc - 128 if rc > 128 else None  # bwrap passes 128 + the signal that ended it
     cpu = usage.ru_utime + usage.ru_stime
     limit = _limit_of(signum, text, cpu >= limits.cpu_s - 0.5)
     if limit is not None:
         return RunResult("limit", rc, text, wall, limit)
-    if signum == signal.SIGKILL:  # not our limits: the host killed it
-        return RunResult("sandbox_error", rc, text, wall, detail="killed from outside (SIGKILL)")
-    return RunResult("failed", rc, text, wall)
+    # anything else, a SIGKILL inside the sandbox included, is the code's own doing: the
+    # code can kill itself, so a kill inside cannot pass for an outage
+    detail = f"killed by signal {signum}" if signum else ""
+    return RunResult("failed", rc, text, wall, detail=detail)
+
+
+def _started(fd: int) -> bool:
+    """Whether the sandbox's start-up script wrote its byte (then close the pipe)."""
+    try:
+        os.set_blocking(fd, False)
+        try:
+            return os.read(fd, 1) == b"s"
+        except BlockingIOError:
+            return False
+    finally:
+        os.close(fd)
 
 
 def _read_capped(proc: subprocess.Popen, limits: Limits, t0: float) -> tuple[bytes, str | None]:

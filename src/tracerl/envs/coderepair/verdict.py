@@ -36,7 +36,7 @@ def read_observations(output: str, nonce: str) -> dict[str, Any]:
             continue
         try:
             rec = json.loads(line[at + len(prefix) :])
-        except ValueError:
+        except (ValueError, RecursionError):  # malformed, or nested to blow the stack
             continue
         if not isinstance(rec, dict):
             continue
@@ -49,27 +49,40 @@ def read_observations(output: str, nonce: str) -> dict[str, Any]:
     return {"obs": obs, "tests": tests, "modules": modules}
 
 
-def grade(suite: Suite, output: str, nonce: str, limit: str | None = None) -> dict[str, Any]:
+def grade(
+    suite: Suite,
+    output: str,
+    nonce: str,
+    limit: str | None = None,
+    counted: set[str] | None = None,
+) -> dict[str, Any]:
     """The verdict: per test, passed / failed (an assertion does not hold) / error (missing
     or conflicting observations, an exception outside any assertion, the module failed to
-    import). Summary keys as before: ran, failures, errors, ok, limit, failing."""
+    import). Summary keys as before: ran, failures, errors, ok, limit, failing.
+
+    `counted`: the test files whose tests the counts (and so a share-of-tests reward) are
+    about, the hidden ones; the others (the visible tests, whose expected values the agent
+    can read) can only make `ok` false, never add to the share (`visible_failing`)."""
     seen = read_observations(output, nonce)
-    failures, errors, failing = 0, 0, []
+    failures, errors, failing, visible_failing = 0, 0, [], []
     for name, check_ids in suite.tests.items():
         verdict = _test_verdict(suite, name, check_ids, seen)
-        if verdict != "pass":
+        if counted is not None and name.split("::")[0] not in counted:
+            visible_failing += [name] if verdict != "pass" else []
+        elif verdict != "pass":
             failures += verdict == "fail"
             errors += verdict == "error"
             failing.append(name)
-    ran = len(suite.tests)
+    ran = sum(counted is None or n.split("::")[0] in counted for n in suite.tests)
     conflicts = sum(len(v) > 1 for v in seen["obs"].values())
     return {
         "ran": ran,
         "failures": failures,
         "errors": errors,
-        "ok": ran > 0 and not failures and not errors,
+        "ok": ran > 0 and not failures and not errors and not visible_failing,
         "limit": limit,
         "failing": failing,
+        "visible_failing": visible_failing,
         "checks": len(suite.checks),
         "conflicting_observations": conflicts,
         "suite_sha256": suite.sha256,
@@ -150,9 +163,11 @@ class _Opaque:
         return id(self)
 
 
-def _decode(v: Any) -> Any:
+def _decode(v: Any, depth: int = 0) -> Any:
+    if depth > 50:  # deeper than any value a test compares: opaque, never equal
+        return _Opaque("too deep")
     if isinstance(v, list):
-        return [_decode(x) for x in v]
+        return [_decode(x, depth + 1) for x in v]
     if not isinstance(v, dict):
         return v
     if len(v) != 1:
@@ -160,11 +175,11 @@ def _decode(v: Any) -> Any:
     ((tag, inner),) = v.items()
     try:
         if tag == "__tuple__":
-            return tuple(_decode(x) for x in inner)
+            return tuple(_decode(x, depth + 1) for x in inner)
         if tag == "__set__":
-            return {_decode(x) for x in inner}
+            return {_decode(x, depth + 1) for x in inner}
         if tag == "__dict__":
-            return {_decode(k): _decode(x) for k, x in inner}
+            return {_decode(k, depth + 1): _decode(x, depth + 1) for k, x in inner}
         if tag == "__bytes__":
             return bytes.fromhex(inner)
     except (TypeError, ValueError):
