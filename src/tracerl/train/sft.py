@@ -62,15 +62,17 @@ class SFTResult:
     its own update (so it lags the weights it ends with)."""
 
 
+def _nll_sum(model: Any, b: Any) -> torch.Tensor:
+    """The summed negative log-likelihood of a batch's loss-masked tokens."""
+    lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T, only_B_T=b.loss_mask_B_T)
+    return -(lp * b.loss_mask_B_T).sum()
+
+
 @torch.no_grad()
 def mean_nll(model: Any, batches: Sequence[Any]) -> float:
     """Mean negative log-likelihood per loss-masked token over `batches`, without gradients."""
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
-    nll = 0.0
-    for b in batches:
-        lp = token_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T, only_B_T=b.loss_mask_B_T)
-        nll -= float((lp * b.loss_mask_B_T).sum())
-    return nll / total
+    return sum(float(_nll_sum(model, b)) for b in batches) / total
 
 
 def sft(
@@ -105,10 +107,7 @@ def sft(
             tokens = float(b.loss_mask_B_T.sum())
             if tokens == 0:
                 continue
-            lp = token_logprobs(
-                model, b.input_ids_B_T, b.attention_mask_B_T, only_B_T=b.loss_mask_B_T
-            )
-            loss = -(lp * b.loss_mask_B_T).sum() / tokens
+            loss = _nll_sum(model, b) / tokens
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()

@@ -19,6 +19,7 @@ tests gains nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any
@@ -292,7 +293,7 @@ def grade_files(task: dict[str, Any], files: dict[str, str], limits: Limits) -> 
     suite = compile_suite(graded_tests(task))
     nonce = new_nonce()
     argv = ["python3", "-I", "/grade/harness.py", nonce]
-    grading = Limits(**{**vars(limits), "output_bytes": max(limits.output_bytes, 1_000_000)})
+    grading = dataclasses.replace(limits, output_bytes=max(limits.output_bytes, 1_000_000))
     r = run_files(files, argv, grading, grade=suite.sandbox_files())
     if r.status == "sandbox_error":
         raise InfraError(f"the sandbox failed: {r.detail or r.output[:200]}", retryable=True)

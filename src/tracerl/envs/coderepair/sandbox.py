@@ -24,6 +24,7 @@ bound ``/usr`` (`hidden_paths`): its templates hold the hidden tests.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -127,6 +128,7 @@ def _system_binds() -> list[str]:
     return args
 
 
+@functools.cache
 def hidden_paths() -> list[Path]:
     """Host folders inside the system binds that the sandbox must not see: tracerl's own
     package (its task templates hold the hidden tests and their expected values) when it is
@@ -142,6 +144,12 @@ def hidden_paths() -> list[Path]:
 
 def _is_link(name: str) -> bool:
     return (Path("/") / name).is_symlink()
+
+
+@functools.cache
+def _has_bash() -> bool:
+    """The start-up marker needs bash (dash takes single-digit descriptors only)."""
+    return Path("/bin/bash").exists()
 
 
 def bwrap_argv(
@@ -162,7 +170,7 @@ def bwrap_argv(
     grade_bind = ["--ro-bind", str(grade), "/grade"] if grade is not None else []
     masks = [arg for p in hidden_paths() for arg in ("--tmpfs", str(p))]
     shell, start = "/bin/sh", 'cp -r /src/. /work/ && exec "$@"'
-    if started_fd is not None:  # bash: dash takes single-digit descriptors only
+    if started_fd is not None:
         shell, start = "/bin/bash", f"printf s >&{started_fd}; exec {started_fd}>&-; {start}"
     return [
         bwrap or find_bwrap(),
@@ -256,8 +264,8 @@ def _staged(
         stage(copy)
         copy.mkdir(exist_ok=True)
         grade_dir = write_tree(grade, Path(staging) / "grade") if grade is not None else None
-        staged = [*copy.rglob("*"), *(grade_dir.rglob("*") if grade_dir else [])]
-        for path in [Path(staging), copy, *([grade_dir] if grade_dir else []), *staged]:
+        roots = [copy] + ([grade_dir] if grade_dir else [])
+        for path in [Path(staging), *roots, *(p for r in roots for p in r.rglob("*"))]:
             if not path.is_symlink():  # readable by all; executables stay executable
                 path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644)
         with _sandbox_uid() as uid:
@@ -274,10 +282,9 @@ def _run(
     uid: int,
     grade: Path | None = None,
 ) -> RunResult:
-    # the start-up marker needs bash; without it, bwrap's "bwrap:" prefix tells
-    started_r, started_w = os.pipe() if Path("/bin/bash").exists() else (-1, -1)
-    marker = started_w if started_w >= 0 else None
-    cmd = bwrap_argv(tree, argv, limits, bwrap, grade, started_fd=marker)
+    # without bash there is no start-up marker, and bwrap's "bwrap:" prefix tells
+    started_r, started_w = os.pipe() if _has_bash() else (None, None)
+    cmd = bwrap_argv(tree, argv, limits, bwrap, grade, started_fd=started_w)
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -287,21 +294,21 @@ def _run(
             stderr=subprocess.STDOUT,
             preexec_fn=lambda: _demote(limits, uid),  # runs in the child before exec
             start_new_session=True,
-            pass_fds=(started_w,) if marker is not None else (),
+            pass_fds=() if started_w is None else (started_w,),
         )
     except OSError as e:
-        if marker is not None:
+        if started_r is not None:
             os.close(started_r)
         return RunResult("sandbox_error", None, "", 0.0, detail=f"{type(e).__name__}: {e}")
     finally:
-        if marker is not None:
+        if started_w is not None:
             os.close(started_w)
     out, cut = _read_capped(proc, limits, t0)
     _, status, usage = os.wait4(proc.pid, 0)  # with the CPU time the sandbox used
     rc = proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
     text = out.decode("utf-8", "replace")
-    started = _started(started_r) if marker is not None else not text.startswith("bwrap:")
+    started = not text.startswith("bwrap:") if started_r is None else _started(started_r)
     if cut is not None:
         return RunResult("limit", rc, text, wall, cut)
     if rc < 0:  # bwrap itself, outside the sandbox, was killed: not by the code inside

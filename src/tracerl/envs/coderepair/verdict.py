@@ -64,16 +64,17 @@ def grade(
     about, the hidden ones; the others (the visible tests, whose expected values the agent
     can read) can only make `ok` false, never add to the share (`visible_failing`)."""
     seen = read_observations(output, nonce)
-    failures, errors, failing, visible_failing = 0, 0, [], []
+    failures, errors, ran, failing, visible_failing = 0, 0, 0, [], []
     for name, check_ids in suite.tests.items():
         verdict = _test_verdict(suite, name, check_ids, seen)
         if counted is not None and name.split("::")[0] not in counted:
             visible_failing += [name] if verdict != "pass" else []
-        elif verdict != "pass":
+            continue
+        ran += 1
+        if verdict != "pass":
             failures += verdict == "fail"
             errors += verdict == "error"
             failing.append(name)
-    ran = sum(counted is None or n.split("::")[0] in counted for n in suite.tests)
     conflicts = sum(len(v) > 1 for v in seen["obs"].values())
     return {
         "ran": ran,

@@ -45,24 +45,29 @@ class Citation(BaseModel):
     quote: str
 
 
-def bm25(corpus: Corpus) -> BM25Index:
-    """One index per corpus per process (built or loaded from the disk cache once)."""
-    key = corpus.sha256
+def _index(key: str, make: Any) -> Any:
+    """The process's one index under `key`, made (built or loaded) by the first caller;
+    the others wait for it."""
     with _INDEXES_LOCK:
         if key not in _INDEXES:
-            _INDEXES[key] = BM25Index(corpus)
+            _INDEXES[key] = make()
         return _INDEXES[key]
+
+
+def bm25(corpus: Corpus) -> BM25Index:
+    """One index per corpus per process (built or loaded from the disk cache once)."""
+    return _index(corpus.sha256, lambda: BM25Index(corpus))
 
 
 def dense(corpus: Corpus) -> Any:
     """The optional dense index (extra ``dense``), one per corpus per process."""
-    key = "dense:" + corpus.sha256
-    with _INDEXES_LOCK:
-        if key not in _INDEXES:
-            from tracerl.envs.search.dense import DenseIndex
 
-            _INDEXES[key] = DenseIndex(corpus)  # type: ignore[assignment]
-        return _INDEXES[key]
+    def make() -> Any:
+        from tracerl.envs.search.dense import DenseIndex
+
+        return DenseIndex(corpus)
+
+    return _index("dense:" + corpus.sha256, make)
 
 
 class SearchEnv(ToolEnv):
