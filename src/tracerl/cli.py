@@ -1,42 +1,84 @@
-"""The `tracerl` command. Each command parses its arguments, then calls one function."""
+"""The `tracerl` command. Each command parses its arguments, then calls one function.
+
+A user's mistake (a `tracerl.errors.UserError`: a bad config, an unknown name, a missing
+file) is printed in one or two lines, without a traceback, with exit status 2, before any
+model is loaded; ``tracerl --debug COMMAND ...`` (or ``TRACERL_DEBUG=1``) shows the traceback.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 import tracerl
+from tracerl.errors import UserError
 from tracerl.readiness.cli import readiness
 from tracerl.rollout.serve import serve_command
+from tracerl.scaffold import init_command
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+_debug = [os.environ.get("TRACERL_DEBUG", "") not in ("", "0")]
+
+
+class _Commands(TyperGroup):
+    """Every command's user errors become two lines and exit status 2 (tracebacks with
+    ``--debug``)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            if _debug[0]:
+                raise
+            raise _fail(e.message, e.hint) from None
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="tracerl: train tool-using LLM agents with RL, with rollouts you can trust.",
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
 
 
-def _fail(message: str) -> typer.Exit:
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of any error.")
+    ] = False,
+) -> None:
+    if debug:
+        _debug[0] = True
+
+
+def _fail(message: str, hint: str | None = None) -> typer.Exit:
     """Print an error for a person (no traceback, no markup) and return the exit to raise."""
     err_console.print(f"error: {message}", markup=False, highlight=False)
+    if hint:
+        err_console.print(f"  {hint}", markup=False, highlight=False)
     return typer.Exit(2)
 
 
 def _config(config: Path | None, overrides: list[str] | None) -> Any:
-    """A run config from a YAML file and dotted overrides (or overrides alone)."""
+    """A checked run config (`tracerl.preflight`) from a YAML file and dotted overrides (or
+    overrides alone): environment, splits, reward and model spec resolved, nothing loaded."""
     from tracerl.config import ConfigError, load_config
+    from tracerl.preflight import prepare
 
     if config is not None and "=" in config.name:  # only overrides were given
         overrides, config = [str(config), *(overrides or [])], None
+    cfg = load_config(config, overrides or [])
     try:
-        return load_config(config, overrides or [])
+        return prepare(cfg)
     except ConfigError as e:
-        raise _fail(str(e)) from None
+        where = f"{config}: " if config is not None else ""
+        raise ConfigError(where + e.message, e.hint) from None
 
 
 @app.command()
@@ -60,12 +102,9 @@ def load_model(
     spec: Annotated[str, typer.Argument(help="smollm2-135m-instruct, tiny-random or hf:<folder>")],
 ) -> None:
     """Load a model spec and report where it came from and how long it took."""
-    from tracerl.models import ModelNotFoundError, load
+    from tracerl.models import load
 
-    try:
-        bundle = load(spec)
-    except ModelNotFoundError as e:
-        raise _fail(str(e)) from None
+    bundle = load(spec)
     params = sum(p.numel() for p in bundle.model.parameters())
     console.print(
         f"{bundle.model_id}: {params / 1e6:.1f}M parameters, origin={bundle.origin}, "
@@ -82,8 +121,9 @@ def show(
     ] = None,
     index: Annotated[int, typer.Option(help="with a file: which trajectory in it")] = 0,
 ) -> None:
-    """Show an episode of a run (steps, reward, tokens coloured by author), or one
-    trajectory of a file."""
+    """Show an episode of a run, or one trajectory of a file.
+
+    An episode: its facts, reward breakdown, steps, and tokens coloured by author."""
     from tracerl.jsonl import read_trajectories
     from tracerl.report.terminal import print_episode, print_trajectory
     from tracerl.types import TrajectoryError
@@ -115,8 +155,9 @@ def report(
     run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
     n: Annotated[int, typer.Option("--n", help="training episodes to triage")] = 100,
 ) -> None:
-    """Write the run's dashboard, RUN/report/index.html (self-contained, works offline),
-    and a page for each episode it links; print its path."""
+    """Write the run's dashboard (RUN/report/index.html) and print its path.
+
+    Self-contained and offline, with a page for each episode it links."""
     from tracerl.report.html import write_report
     from tracerl.report.run import RunDirError
     from tracerl.types import TrajectoryError
@@ -133,8 +174,10 @@ def triage(
     run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
     n: Annotated[int, typer.Option("--n", help="how many of the last training episodes")] = 100,
 ) -> None:
-    """Split the last N training episodes by outcome and owner: succeeded, policy failures
-    by kind, environment failures, evaluator failures or undecidable."""
+    """Split the last N training episodes by outcome, owner and kind of failure.
+
+    Buckets: succeeded, policy failures by kind, environment failures, evaluator failures
+    or undecidable; each kind with example episode ids for `tracerl show RUN ID`."""
     from tracerl.report.run import RunDirError, check_run_dir, iter_episodes
     from tracerl.report.terminal import print_triage
     from tracerl.report.triage import triage as run_triage
@@ -146,21 +189,28 @@ def triage(
         result = run_triage(list(iter_episodes(check_run_dir(run))), n)
     except (RunDirError, TrajectoryError) as e:
         raise _fail(str(e)) from None
-    print_triage(result, console)
+    print_triage(result, console, run=run)
 
 
 @app.command("check-env")
 def check_env_cmd(
-    name: Annotated[str, typer.Argument(help="a registered environment name")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="an environment: a built-in or entry point name, or package.module:Class"
+        ),
+    ],
     seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
 ) -> None:
-    """Check an environment: versions, tool schemas, determinism, dry-run paths."""
-    from tracerl.envs import check_env, registered
+    """Check an environment: versions, tool schemas, splits, determinism, dry runs, reward.
+
+    Exit 0 when every check passes, 1 when one fails."""
+    from tracerl.envs import check_env
+    from tracerl.envs.registry import resolve
     from tracerl.models.loading import smollm2_tokenizer
     from tracerl.models.render import ChatRenderer
 
-    if name not in registered():
-        raise _fail(f"unknown environment {name!r}; registered: {', '.join(registered())}")
+    resolve(name)  # an unknown name is a user error (exit 2), not a failed check
     report = check_env(
         name, renderer=ChatRenderer(smollm2_tokenizer()), seed=seed, raise_on_failure=False
     )
@@ -177,19 +227,20 @@ def replay(
         bool, typer.Option(help="run the recorded actions against the live env; report drift")
     ] = False,
 ) -> None:
-    """Replay a recorded episode. Exit 0 if it reproduces exactly (or, with --live, nothing
-    drifted); exit 1 with the first difference otherwise."""
+    """Replay a recorded episode, exactly or against the live environment (--live).
+
+    Exit 0 if it reproduces exactly (with --live: nothing drifted); exit 1 with the first
+    difference otherwise. A live replay rebuilds the environment from the receipt (its
+    import path too), with writes as dry runs."""
     import asyncio
 
-    from tracerl.report.run import RunDirError, check_run_dir, find_episode
+    from tracerl.report.run import check_run_dir, find_episode
     from tracerl.rollout.replay import replay_exact, replay_live
 
     if not run.exists() and (Path("runs") / run).exists():
         run = Path("runs") / run
-    try:  # any episode of the run: training, evaluations, the warm start's reference
-        trajectories = find_episode(check_run_dir(run), episode).trajectories
-    except RunDirError as e:
-        raise _fail(str(e)) from None
+    # any episode of the run: training, evaluations, the warm start's reference
+    trajectories = find_episode(check_run_dir(run), episode).trajectories
     if live:
         report = asyncio.run(replay_live(trajectories))
         for d in report.steps:
@@ -219,19 +270,30 @@ def train(
     resume: Annotated[
         bool, typer.Option(help="continue the run from its newest checkpoint")
     ] = False,
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config", help="print the resolved config (defaults filled in) and exit"
+        ),
+    ] = False,
 ) -> None:
-    """Train with synchronous GRPO; write the run directory (episodes, metrics, checkpoints)."""
-    from tracerl.train.loop import RunExistsError
+    """Train with GRPO, synchronous or asynchronous (trainer.mode: async).
+
+    Writes the run directory runs/NAME: episodes, metrics, checkpoints, and the dashboard.
+    The config is checked first (environment, splits, reward, model spec): a mistake stops
+    the command before any model loads or anything is written."""
+    from tracerl.config import dump_config
     from tracerl.train.loop import train as run_training
 
-    cfg = _config(config, overrides)
+    prepared = _config(config, overrides)
+    cfg = prepared.cfg
+    if print_config:
+        console.print(dump_config(cfg), markup=False, highlight=False, end="")
+        return
     from tracerl.report.progress import RichProgress
 
-    try:
-        with RichProgress(console) as bars:
-            run_training(cfg, resume=resume, progress=bars)
-    except RunExistsError as e:
-        raise _fail(str(e)) from None
+    with RichProgress(console) as bars:
+        run_training(cfg, resume=resume, progress=bars, prepared=prepared)
     from tracerl.report.terminal import print_evals
 
     print_evals(cfg.run_dir, console)
@@ -253,21 +315,26 @@ def sft(
         bool, typer.Option("--all", help="imitate every episode, not only successful ones")
     ] = False,
 ) -> None:
-    """Supervised fine-tuning on trajectories: loss on policy tokens only (RL's masks)."""
-    from tracerl.models import ModelNotFoundError, load
+    """Supervised fine-tuning on trajectories, with loss on policy tokens only.
+
+    The masks are RL's: tool output, prompts and template tokens never carry loss."""
+    from tracerl.models import load
+    from tracerl.models.loading import check_spec
     from tracerl.train.sft import sft as run_sft
     from tracerl.train.sft import sft_data
-    from tracerl.types import TrajectoryError
 
+    check_spec(model)
     try:
         trajectories = sft_data(data, successful_only=not all_episodes)
-        bundle = load(model)
-        from tracerl.report.progress import RichProgress
-
-        with RichProgress(console) as bars:
-            result = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
-    except (FileNotFoundError, TrajectoryError, ValueError, ModelNotFoundError) as e:
+    except FileNotFoundError as e:
+        raise _fail(str(e), "pass a run directory or a .jsonl(.gz) of trajectories") from None
+    except ValueError as e:
         raise _fail(str(e)) from None
+    bundle = load(model)
+    from tracerl.report.progress import RichProgress
+
+    with RichProgress(console) as bars:
+        result = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
     bundle.model.save_pretrained(out)
     bundle.tokenizer.save_pretrained(out)
     console.print(
@@ -280,41 +347,63 @@ def sft(
 
 @app.command("eval")
 def eval_cmd(
-    model: Annotated[str, typer.Option(help="model spec")] = "smollm2-135m-instruct",
-    corpus: Annotated[str, typer.Option(help="synthetic or wiki")] = "synthetic",
-    protocol: Annotated[str, typer.Option(help="tools or search_r1")] = "tools",
-    split: Annotated[list[str], typer.Option(help="splits to evaluate")] = ["heldout"],  # noqa: B006
-    n: Annotated[int, typer.Option(help="questions per split")] = 20,
+    config: Annotated[
+        Path | None, typer.Argument(help="a YAML config: evaluate its model on its environment")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides: env.eval_tasks=50 ...")
+    ] = None,
+    model: Annotated[str, typer.Option(help="without CONFIG: the model spec")] = (
+        "smollm2-135m-instruct"
+    ),
+    corpus: Annotated[str, typer.Option(help="without CONFIG: synthetic or wiki")] = "synthetic",
+    protocol: Annotated[str, typer.Option(help="without CONFIG: tools or search_r1")] = "tools",
+    split: Annotated[
+        list[str] | None, typer.Option(help="without CONFIG: splits to evaluate (heldout)")
+    ] = None,
+    n: Annotated[
+        int | None, typer.Option(help="tasks per split (default: 20, or the config's)")
+    ] = (None),
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/eval"),
     seed: Annotated[int, typer.Option(help="task sample and sampling seed")] = 0,
 ) -> None:
-    """Run a model on held-out search questions; write episodes and per-split metrics."""
-    from tracerl.envs import get_parser
-    from tracerl.evaluate import evaluate
-    from tracerl.models import ModelNotFoundError, load
-    from tracerl.rollout import BatchedHFSampler
-    from tracerl.rollout.runner import Policy
+    """Evaluate a model on held-out tasks; write episodes and per-split metrics.
 
-    try:
-        bundle = load(model)
-    except ModelNotFoundError as e:
-        raise _fail(str(e)) from None
-    sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
-    parser = get_parser("search_r1") if protocol == "search_r1" else None
-    policy = Policy.from_bundle(bundle, sampler, parser)
+    With CONFIG: its model on its environment's eval split (and adversarial split, if set),
+    scored by its reward, into --out (a run directory `show`, `triage` and `report` read).
+    Without: a model on held-out search questions (--corpus, --protocol, --split)."""
     from tracerl.report.progress import RichProgress
 
-    with RichProgress(console) as bars:
-        metrics = evaluate(
-            policy,
-            corpus=corpus,
-            protocol=protocol,
-            splits=tuple(split),
-            n=n,
-            out_dir=out,
-            seed=seed,
-            progress=bars,
-        )
+    if n is not None and n < 1:
+        raise _fail(f"--n must be at least 1, got {n}")
+    if config is not None or overrides:
+        from tracerl.train.evaluation import evaluate_config
+
+        prepared = _config(config, [*(overrides or []), f"trainer.seed={seed}"])
+        with RichProgress(console) as bars:
+            metrics = evaluate_config(prepared, out, n=n, progress=bars)
+    else:
+        from tracerl.envs import get_parser
+        from tracerl.evaluate import evaluate
+        from tracerl.models import load
+        from tracerl.rollout import BatchedHFSampler
+        from tracerl.rollout.runner import Policy
+
+        bundle = load(model)
+        sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
+        parser = get_parser("search_r1") if protocol == "search_r1" else None
+        policy = Policy.from_bundle(bundle, sampler, parser)
+        with RichProgress(console) as bars:
+            metrics = evaluate(
+                policy,
+                corpus=corpus,
+                protocol=protocol,
+                splits=tuple(split or ["heldout"]),
+                n=n or 20,
+                out_dir=out,
+                seed=seed,
+                progress=bars,
+            )
     for key, value in sorted(metrics.items()):
         if value or "success" in key:
             console.print(f"{key:55s} {value:8.3f}", markup=False)
@@ -330,7 +419,9 @@ def review(
     ] = None,
     reviewer: Annotated[str, typer.Option(help="who decides")] = "",
 ) -> None:
-    """List the samples no verifier could decide, or record a person's verdict on one."""
+    """List the samples no verifier could decide, or record a person's verdict on one.
+
+    Works on a run written by `tracerl eval` (its review.sqlite)."""
     from tracerl.evaluate import reviewed_metrics
     from tracerl.rewards.review import ReviewPool
 
@@ -379,6 +470,7 @@ def serve_retriever(
 
 app.command()(readiness)
 app.command("serve")(serve_command)
+app.command("init")(init_command)
 
 if __name__ == "__main__":
     app()

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tracerl.errors import UserError
+from tracerl.rewards.compose import ComponentSpec
 from tracerl.rollout.budget import RolloutConfig
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -25,8 +27,11 @@ class _Config(BaseModel):
 
 class LoraConfig(_Config):
     r: int = Field(16, ge=1)
+    """Rank of each adapter (the inner dimension of its two low-rank matrices)."""
     alpha: int = Field(32, ge=1)
+    """Scaling of the adapters' update: it is multiplied by alpha / r."""
     dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training (0: none)."""
     target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS))
     """Module names that get adapters (every attention and MLP projection by default)."""
 
@@ -37,7 +42,12 @@ class ModelConfig(_Config):
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (the learner computes log-probs at the same temperature)."""
     max_batch_size: int = Field(32, ge=1)
+    """The most model turns (of concurrent episodes) the sampler runs through the model as
+    one batch; with ``trainer.rollout.backend: ray`` it also batches the learner's completion
+    server."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs and trains. auto: a GPU if one is visible, else the CPU; cuda
+    without a visible GPU is refused."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """auto: fp32 on CPU (bf16 matmul is several times slower there), bf16 on a GPU."""
     lora: LoraConfig | None = None
@@ -46,15 +56,24 @@ class ModelConfig(_Config):
 
 class EnvConfig(_Config):
     name: str = "search"
-    """A registered environment."""
+    """The environment: a built-in (search, arithmetic, coderepair, refund_desk), an installed
+    package's entry point (group ``tracerl.envs``), or an import path ``package.module:Class``."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to `make(name, **kwargs)` (e.g. corpus, protocol)."""
     parser: str | None = None
     """The action parser; None picks the model family's default."""
     tasks_per_step: int = Field(4, ge=1)
-    train_split: str = "train"
-    eval_split: str = "heldout"
+    """Training tasks drawn per RL step; each is played `trainer.group_size` times, so a step
+    trains on ``tasks_per_step x group_size`` episodes."""
+    train_split: str | None = None
+    """The split training tasks come from; None: the environment's first declared split
+    (``train`` when it declares none)."""
+    eval_split: str | None = None
+    """The held-out split evaluations use; None: the environment's first declared split other
+    than the training split and ``adversarial`` (``heldout`` when it declares none)."""
     eval_tasks: int = Field(20, ge=1)
+    """Tasks of `eval_split` each evaluation plays, one episode each: the same tasks every
+    time (drawn from `trainer.seed`), so evaluations compare."""
     adversarial_eval_tasks: int = Field(0, ge=0)
     """Also evaluate this many tasks of the ``adversarial`` split (search: look-alike, dead
     link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""
@@ -66,7 +85,9 @@ class StalenessLR(_Config):
     kind: Literal["off", "inverse", "exponential"] = "inverse"
     """``inverse``: f(s) = 1 / (1 + alpha s); ``exponential``: f(s) = gamma ** s."""
     alpha: float = Field(0.5, ge=0)
+    """``inverse``: how fast the rate falls per version of staleness (0: not at all)."""
     gamma: float = Field(0.7, gt=0, le=1)
+    """``exponential``: the factor kept per version of staleness (1: no slowdown)."""
 
 
 class RolloutBackendConfig(_Config):
@@ -76,6 +97,7 @@ class RolloutBackendConfig(_Config):
     """``ray``: environments and episode loops in Ray actors (the ``ray`` extra), sampling
     from a completion server the learner runs over its live weights."""
     workers: int = Field(2, ge=1)
+    """Ray rollout workers (actors) kept running (``backend: ray`` only)."""
     episodes_per_worker: int = Field(32, ge=1)
     """Episodes one worker runs at once (its actor's concurrency)."""
     worker_cpus: float = Field(1.0, gt=0)
@@ -113,23 +135,52 @@ class RolloutBackendConfig(_Config):
 
 class TrainerConfig(_Config):
     steps: int = Field(10, ge=0)
+    """RL steps (policy updates), each on `env.tasks_per_step` tasks x `group_size` episodes.
+    0: only evaluate the model as loaded (after the warm start, if one is set)."""
     group_size: int = Field(8, ge=2)
+    """Episodes per task in a step: the group whose rewards give each other's baseline."""
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
-    reward: Literal["search", "arithmetic", "coderepair"] = "search"
-    """How episodes are scored: the layered search reward, the arithmetic digit reward, or
-    the code-repair reward (hidden tests behind a forbidden-edit gate)."""
+    """The advantage estimator (`tracerl.algos.advantages`): ``grpo`` (reward minus the
+    group mean, over the group std), ``dr_grpo`` (minus the group mean, no std), ``rloo``
+    (minus the mean of the other members), ``reinforce_pp_baseline`` (minus the group mean,
+    then whitened over the batch). Episodes not eligible for the gradient get 0."""
+    reward: str | None = None
+    """How episodes are scored. None: the environment's own verifier (its ``reward`` method
+    or ``reward_components``); a built-in (``search``, ``arithmetic``, ``coderepair``); an
+    import path ``package.module:function``; or an entry point of group ``tracerl.rewards``
+    (`tracerl.rewards.resolve`)."""
+    reward_components: list[ComponentSpec] | None = None
+    """The reward as layered components in the config (name, fn, layer, weight, gate, cap,
+    params; ``fn``: a registered component, a method of the environment or an import path).
+    Excludes `reward`."""
     lr: float = Field(1e-5, gt=0)
+    """AdamW learning rate of the RL updates (async: scaled per update by `staleness_lr`)."""
     epochs: int = Field(1, ge=1)
+    """Passes over a step's episodes per update, one optimizer step each (the PPO ratio is
+    taken against the weights that sampled them)."""
     micro_batch_tokens: int = Field(4096, ge=16)
+    """Padded tokens per micro-batch (a longer sequence gets one of its own). Gradients are
+    accumulated over a step's micro-batches, so this trades memory for speed without
+    changing the update. The warm start uses it too (there, one optimizer step per
+    micro-batch)."""
     max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this global L2 norm before each optimizer step
+    (``train/grad_norm`` logs the norm before clipping)."""
     clip_low: float = Field(0.2, ge=0)
+    """PPO clip: the probability ratio is clipped below at 1 - clip_low."""
     clip_high: float = Field(0.28, ge=0)
+    """PPO clip: the ratio is clipped above at 1 + clip_high (above `clip_low`: DAPO's
+    clip-higher, which keeps exploration alive)."""
     tis_cap: float | None = Field(2.0, gt=0)
     """Truncated importance sampling on the sampler's log-probs (episodes reused on resume
     may come from lost weights)."""
     agg: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = "token-mean"
+    """How per-token losses reduce to the step's loss (`tracerl.algos.losses.aggregate`):
+    ``token-mean`` (every policy token weighs the same; DAPO), ``seq-mean-token-sum``,
+    ``seq-mean-token-mean`` (every sequence weighs the same; the original GRPO) or
+    ``seq-mean-token-sum-norm`` (token sums over one constant length; Dr. GRPO)."""
     kl_coef: float = Field(0.0, ge=0)
     """beta of a KL(policy || reference) loss term (reference: LoRA adapters disabled, or a
     frozen copy of the initial weights); 0: no KL, no reference."""
@@ -143,7 +194,11 @@ class TrainerConfig(_Config):
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only before the first and after the last step)."""
     checkpoint_every: int = Field(1, ge=1)
+    """Checkpoint every N steps (and always after the last step, or when a signal stops the
+    run); ``--resume`` continues from the latest."""
     seed: int = 0
+    """Seeds each step's training tasks, the sampler, the LoRA adapters' initial weights and
+    the evaluation tasks: one seed, one run."""
     mode: Literal["sync", "async"] = "sync"
     """``async``: rollout workers keep sampling while the learner trains
     (`tracerl.train.async_loop`); ``sync``: sample a batch, then train on it."""
@@ -155,11 +210,15 @@ class TrainerConfig(_Config):
     the learner). Default ``(max_staleness + 1) x`` tasks per step. More keeps a learner
     busy that is slower than its slowest groups, at the price of groups that expire."""
     staleness_lr: StalenessLR = Field(default_factory=lambda: StalenessLR())
+    """Async: how the learning rate slows for samples from older policy versions (ignored by
+    ``sync``)."""
     timeouts: Literal["exclude", "grade"] = "exclude"
     """Episodes that ran out of wall time: left out of the gradient (``exclude``), or scored
     on what they did with the reward clamped to at most `timeout_reward_cap` (``grade``).
     Either way they are counted as timeouts, never as policy failures."""
     timeout_reward_cap: float = 0.0
+    """With ``timeouts: grade``: a timed-out episode's reward is at most this (ignored with
+    ``exclude``)."""
     rollout: RolloutBackendConfig = Field(default_factory=lambda: RolloutBackendConfig())
     """Where episodes run: in this process (default) or in Ray rollout workers."""
 
@@ -170,7 +229,10 @@ class WarmStartConfig(_Config):
     tasks: int = Field(32, ge=1)
     """How many training tasks the reference agent plays (its successes are imitated)."""
     epochs: int = Field(1, ge=1)
+    """Passes over the kept reference episodes (one optimizer step per micro-batch of
+    `trainer.micro_batch_tokens`)."""
     lr: float = Field(5e-5, gt=0)
+    """AdamW learning rate of the warm start's SFT."""
     seed: int = 1
     """Which training tasks (a different draw from the RL steps' tasks)."""
 
@@ -181,18 +243,27 @@ class ReportConfig(_Config):
     ``tensorboard`` (``RUN/tensorboard``, needs the ``track`` extra) or ``wandb`` (offline,
     ``RUN/wandb``; sync later with ``wandb sync``)."""
     wandb_project: str = "tracerl"
+    """The W&B project the offline run is filed under (with ``wandb`` in `sinks`)."""
 
 
 class RunConfig(_Config):
     name: str = "run"
+    """The run's name: its directory is ``out_dir/name`` (an existing run there is refused
+    unless resumed); also the W&B run's name."""
     out_dir: str = "runs"
+    """The folder run directories are made in."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The policy: which model, where it runs, how it samples, LoRA."""
     env: EnvConfig = Field(default_factory=EnvConfig)
+    """The environment, its parser, and the tasks of training and evaluation."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """The RL algorithm, the learner, sync or async training, and where rollouts run."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """What shapes one episode: budgets, the terminal reserve, retries, token limits."""
     warm_start: WarmStartConfig | None = None
     """None: RL from the model as loaded."""
     report: ReportConfig = Field(default_factory=lambda: ReportConfig())
+    """Where metrics go."""
 
     @model_validator(mode="after")
     def _remote_sampling(self) -> RunConfig:
@@ -217,48 +288,169 @@ class RunConfig(_Config):
         return Path(self.out_dir) / self.name
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(UserError, ValueError):
+    """A config that cannot run: what, where (file, line, key) and what to do."""
+
+
+REFERENCE = "docs/config.md lists every key, its type and default"
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``a.b.c=value`` (value parsed as YAML: numbers, booleans, lists, null)."""
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected key.path=value")
+            raise ConfigError(f"override {item!r}: expected key.path=value", "e.g. trainer.lr=1e-5")
         path, raw = item.split("=", 1)
         keys = path.strip().split(".")
+        if not all(keys):
+            raise ConfigError(f"override {item!r}: empty key in {path!r}", "e.g. trainer.lr=1e-5")
         node = data
-        for k in keys[:-1]:
+        for i, k in enumerate(keys[:-1]):
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {k!r} is not a section")
-        node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+                where = ".".join(keys[: i + 1])
+                raise ConfigError(
+                    f"override {item!r}: {where} is a value, not a section", REFERENCE
+                )
+        try:
+            node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(
+                f"override {item!r}: the value is not valid YAML ({_yaml_problem(e)})",
+                "quote it: key='text with: colons'",
+            ) from None
     return data
 
 
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    return " ".join(str(getattr(e, "problem", None) or e).split())
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], Any]:
+    """The file's mapping and its YAML node tree (for line numbers)."""
+    if not path.is_file():
+        what = "a folder, not a config file" if path.is_dir() else "no such config file"
+        raise ConfigError(f"{path}: {what}", "pass a YAML config, e.g. configs/demo.yaml")
+    try:
+        text = path.read_text()
+        node = yaml.compose(text)
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: invalid YAML: {_yaml_problem(e)}",
+            "fix the file there (indentation, a missing ':' or a stray quote)",
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read it ({e})") from None
+    loaded = loaded or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys at the top level, got {type(loaded).__name__}",
+            "e.g. `name: myrun` / `env: {name: search}`",
+        )
+    return loaded, node
+
+
+def _line(node: Any, loc: tuple[Any, ...]) -> int | None:
+    """The line of the key at `loc` in a composed YAML tree (1-based), if it is there."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(part):
+                    line, node = k.start_mark.line + 1, v
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model that holds the key at `loc` (for "did you mean")."""
+    import typing
+
+    model: Any = RunConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if model else None
+        if field is None:
+            return None
+        model = None
+        for t in (field.annotation, *typing.get_args(field.annotation)):
+            for u in (t, *typing.get_args(t)):
+                if isinstance(u, type) and issubclass(u, BaseModel):
+                    model = u
+    return model
+
+
+def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
+    """One validation error as (what and where, what to do)."""
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc)
+    line = _line(node, loc) if node is not None else None
+    where = f"{origin}:{line}" if line and not origin.startswith("override") else origin
+    if not loc:  # a check across fields
+        return f"{where}: {err['msg'].removeprefix('Value error, ')}", REFERENCE
+    if err["type"] == "extra_forbidden":
+        import difflib
+
+        model = _model_at(loc)
+        valid = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+        section = ".".join(str(p) for p in loc[:-1]) or "the top level"
+        suggestion = ".".join([*(str(p) for p in loc[:-1]), close[0]]) if close else None
+        return (
+            f"{where}: unknown key {key!r}"
+            + (f"; did you mean {suggestion!r}?" if suggestion else ""),
+            f"valid keys of {section}: {', '.join(valid)} ({REFERENCE.split(' lists')[0]})",
+        )
+    got = repr(err.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {key}: {msg} (got {got})", REFERENCE
+
+
+def _covers(override: str, loc: tuple[str, ...]) -> bool:
+    """Did `override` set the key at `loc` (or a section holding it, or a key inside it)?"""
+    keys = tuple(override.split("=", 1)[0].strip().split("."))
+    n = min(len(keys), len(loc))
+    return n > 0 and keys[:n] == loc[:n]
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """A config from a YAML file and dotted overrides; `ConfigError` (file, line, key and
+    what to do) for anything that does not validate."""
     data: dict[str, Any] = {}
+    node = None
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
-        data = loaded
-    data = apply_overrides(data, overrides or [])
+        data, node = _read_yaml(path)
+    overrides = list(overrides or [])
+    data = apply_overrides(data, overrides)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        where = f"{path}: " if path else ""
-        lines = [
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
-            if err["loc"]
-            else err["msg"].removeprefix("Value error, ")  # a check across fields
-            for err in e.errors()
-        ]
-        raise ConfigError(where + "; ".join(lines)) from None
+        errors = e.errors()
+        loc = tuple(str(p) for p in errors[0]["loc"])
+        from_override = next((o for o in reversed(overrides) if _covers(o, loc)), None)
+        origin = f"override {from_override!r}" if from_override else str(path or "config")
+        what, todo = _explain(errors[0], origin, None if from_override else node)
+        if len(errors) > 1:
+            others = ", ".join(
+                ".".join(str(p) for p in x["loc"]) or "(config)" for x in errors[1:4]
+            )
+            what += f" (and {len(errors) - 1} more: {others})"
+        raise ConfigError(what, todo) from None
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -273,7 +273,7 @@ def test_report_imports_only_types_and_the_run_directory_format():
     import ast
 
     root = Path(__file__).parents[2] / "src" / "tracerl" / "report"
-    allowed = ("tracerl.types", "tracerl.jsonl", "tracerl.report")
+    allowed = ("tracerl.types", "tracerl.jsonl", "tracerl.report", "tracerl.errors")
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tracerl"):

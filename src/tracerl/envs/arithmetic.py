@@ -12,6 +12,7 @@ from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
 from tracerl.envs.parsers import Action
+from tracerl.rewards.compose import RewardContext, Score, component
 
 
 def _splits() -> dict[str, list[tuple[int, int]]]:
@@ -24,9 +25,19 @@ SPLITS = _splits()
 """The 100 single-digit sums, split once: 80 to train on, 20 held out (never trained on)."""
 
 
+ARITHMETIC_REWARD = """
+components:
+  - {name: attribution, fn: attribution_label, layer: attribution, weight: 0.0}
+  - {name: digit, fn: digit, layer: outcome, weight: 1.0}
+"""
+"""The arithmetic reward: `digit_reward` of the model's reply, as the one outcome."""
+
+
 class Arithmetic(ToolEnv):
     name = "arithmetic"
     version = "1.0"
+    splits = tuple(SPLITS)
+    reward_components = ARITHMETIC_REWARD
 
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
         return [{"role": "user", "content": f"{task['a']}+{task['b']}="}]
@@ -55,3 +66,13 @@ def digit_reward(answer: str, gold: str) -> float:
     the first half is reachable by chance, the second needs the prompt)."""
     first = answer.strip()[:1]
     return (0.5 if first.isdigit() else 0.0) + (0.5 if first == gold else 0.0)
+
+
+@component("digit")
+def digit(ctx: RewardContext) -> Score:
+    """Outcome: `digit_reward` of the model's first reply (its whole text: the reply is the
+    answer)."""
+    segs = ctx.trajectories[0].policy_segments() if ctx.trajectories else []
+    text = (segs[0].text or "") if segs else ""
+    gold = ctx.task["answers"][0]
+    return Score(digit_reward(text, gold), {"reply": text[:40], "gold": gold})

@@ -12,8 +12,12 @@ An environment is asynchronous and lives for one episode::
 distinction). Budgets are not the environment's business: the episode runner enforces them.
 
 Every env has a `name` and a `version`, and every tool its own `version`; they go into each
-episode's receipt. `ToolEnv` is the base for tool-using environments: declare tools as
-methods with `@tool`, write `setup` (the initial messages for a task) and `sample_tasks`.
+episode's receipt. An env declares the split names `sample_tasks` accepts (`splits`) and may
+own its verifier: a `reward(ctx)` method (or `score`), or a layered `reward_components` spec
+(`tracerl.rewards`); a run with no reward configured scores episodes with it.
+
+`ToolEnv` is the base for tool-using environments: declare tools as methods with `@tool`,
+write `setup` (the initial messages for a task) and `sample_tasks`.
 
 `step` must be safe to retry when it reports a retryable infrastructure fault: such a step has
 changed no state (the runner retries it with backoff).
@@ -118,6 +122,17 @@ class Env(ABC):
     version: ClassVar[str] = ""
     tools: ToolSet = ToolSet(())
     side_effect_guard: str = "dry_run"
+    splits: tuple[str, ...] | None = None
+    """The split names `sample_tasks` accepts, the training split first (an instance may set
+    its own: which splits exist can depend on its arguments). None: undeclared; a config's
+    splits are then checked by sampling one task of each."""
+    reward_components: ClassVar[str | list[dict[str, Any]] | None] = None
+    """The env's own layered reward: components as YAML text or a list of dicts
+    (`tracerl.rewards.compose`); a component's ``fn`` may name a method of the env."""
+
+    # An env may also define ``reward(self, ctx) -> float | Score | None`` (or ``score``): its
+    # verifier, given a `tracerl.rewards.RewardContext` of the finished episode. It is not
+    # declared here so that `tracerl.rewards.resolve` can tell whether an env has one.
 
     @abstractmethod
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]: ...

@@ -8,7 +8,12 @@ Like Gymnasium's env checker, but for the agent contract:
   same tokens when a renderer is given), three times over, on fresh instances;
 * step determinism — the env's scripted action sequence gives the same results twice;
 * dry runs — every write tool has a dry-run path, the script exercises it, and under the
-  side-effect guard the env's real state is unchanged afterwards.
+  side-effect guard the env's real state is unchanged afterwards;
+* splits — every declared split samples tasks (JSON, with ids), the same ones for the same
+  seed, and no task id is in two splits;
+* reward — the env's own verifier (if it has one) scores the scripted actions, played
+  through the rollout engine, without crashing, and counts at least one a success (a
+  verifier that fails the reference solution is suspect).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from tracerl.envs.base import Env
 from tracerl.envs.registry import make
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NOTE = "note: "  # a check that passed and says how
 
 
 class EnvCheckError(AssertionError):
@@ -58,13 +64,24 @@ def check_env(
     """Check an environment (a registered name or a zero-argument factory)."""
     factory = (lambda: make(env)) if isinstance(env, str) else env
     report = CheckReport(env if isinstance(env, str) else getattr(env, "__name__", "env"))
-    checks = [_versions, _schemas, _reset_determinism, _step_determinism, _dry_runs]
+    checks = [
+        _versions,
+        _schemas,
+        _splits,
+        _reset_determinism,
+        _step_determinism,
+        _dry_runs,
+        _reward,
+    ]
     for check in checks:
         label = check.__name__.strip("_").replace("_", " ")
         try:
             problem = asyncio.run(check(factory, renderer, seed))
         except Exception as e:  # a crashing env fails the check, with its error
             problem = f"raised {type(e).__name__}: {e}"
+        if problem and problem.startswith(_NOTE):  # passed, with something to say
+            report.passed.append(f"{label}: {problem.removeprefix(_NOTE)}")
+            continue
         (report.failed if problem else report.passed).append(
             f"{label}: {problem}" if problem else label
         )
@@ -176,3 +193,75 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
     if missing:
         return f"check_script never completed a dry run of {missing} on 8 tasks"
     return None
+
+
+async def _splits(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    env = factory()
+    declared = env.splits
+    if declared is None:
+        env.sample_tasks(1, seed=seed)
+        return _NOTE + "undeclared (declare `splits` so configs naming a split are checked)"
+    if not declared:
+        return "the environment declares no splits: it has no tasks to train or evaluate on"
+    owner: dict[str, str] = {}
+    for split in declared:
+        tasks = env.sample_tasks(8, seed=seed, split=split)
+        if not tasks:
+            return f"split {split!r} sampled no tasks"
+        again = factory().sample_tasks(8, seed=seed, split=split)
+        if json.dumps(tasks, sort_keys=True) != json.dumps(again, sort_keys=True):
+            return f"split {split!r}: the same seed sampled different tasks"
+        for t in tasks:
+            if not isinstance(t, dict) or not t.get("id"):
+                return f"split {split!r}: a task is a dict with an 'id', got {t!r:.80}"
+            if owner.setdefault(str(t["id"]), split) != split:
+                return f"task {t['id']!r} is in splits {owner[str(t['id'])]!r} and {split!r}"
+    return _NOTE + ", ".join(declared)
+
+
+async def _reward(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    from tracerl.rewards.resolve import env_has_reward, resolve_reward
+
+    env = factory()
+    if not env_has_reward(env):
+        return _NOTE + "none of its own (a run must name one: trainer.reward)"
+    reward = resolve_reward(None, None, env)
+    tasks = env.sample_tasks(2, seed=seed, split=(env.splits or ("train",))[0])
+    results = [await _scripted_episode(factory, env, task, renderer, seed) for task in tasks]
+    scores = [reward(e) for e in results]
+    crashed = [s.error for s in scores if s.error]
+    if crashed:
+        return f"the reward crashed on the scripted actions: {crashed[0]}"
+    wins = sum(s.succeeded for s in scores)
+    if not wins:
+        detail = ", ".join(f"{c.name}={c.value:.2f}" for c in scores[0].components if not c.gated)
+        return (
+            f"the env's own reward counts none of {len(tasks)} scripted episodes (check_script) "
+            f"a success ({detail}): is the verifier or the script wrong?"
+        )
+    return _NOTE + f"{', '.join(reward.component_names)}; scripted episodes {wins}/{len(tasks)}"
+
+
+async def _scripted_episode(
+    factory: Callable[[], Env], probe: Env, task: dict[str, Any], renderer: Any, seed: int
+) -> Any:
+    """`check_script` played through the rollout engine, as the warm start plays it."""
+    from tracerl.envs.parsers import get_parser
+    from tracerl.rollout.budget import RolloutConfig
+    from tracerl.rollout.runner import Policy, run_episode
+    from tracerl.rollout.sampler import ScriptedSampler
+    from tracerl.train.warm_start import reference_texts
+
+    if renderer is None:  # SmolLM2's (a tokenizer of every byte: code and patches survive)
+        from tracerl.models.loading import smollm2_tokenizer
+        from tracerl.models.render import ChatRenderer
+
+        renderer = ChatRenderer(smollm2_tokenizer())
+    parser = get_parser("json_list")
+    texts = reference_texts(probe, task, parser)
+    sampler = ScriptedSampler.from_texts(
+        renderer, lambda r: texts[min(r.turn, len(texts) - 1)], logprob=0.0
+    )
+    policy = Policy(sampler, renderer, parser, "check-env")
+    config = RolloutConfig(max_turn_tokens=4096)
+    return await run_episode(factory(), task, policy, config, seed=seed, episode_id="check-env")

@@ -73,6 +73,7 @@ def decide(order: dict[str, Any], amount: float, role: str) -> tuple[bool, str]:
 class RefundDesk(ToolEnv):
     name = "refund_desk"
     version = "1.0"
+    splits = ("train", "test")
 
     def __init__(self, *, side_effect_guard: str = "dry_run") -> None:
         super().__init__(side_effect_guard=side_effect_guard)

@@ -1,35 +1,160 @@
-"""The environment registry: `register(name, factory)`, `make(name, **kwargs)`.
+"""Environments by name: the built-ins, installed packages' entry points, import paths.
 
-Strict, like every registry here: registering a name twice raises, and an unknown name raises
-listing the valid ones. `make` records how the env was built (``env.spec``) so a receipt can
-say how to rebuild it for a live replay.
+    make("refund_desk")                      # registered with `register(name, factory)`
+    make("unitconv")                         # an entry point of group ``tracerl.envs``
+    make("mypkg.envs:UnitConv", scale=2)     # an import path (class or factory)
+
+The three resolve in that order. `make` records how the env was built (``env.spec``: name,
+kwargs and the import path of its factory) so a receipt can say how to rebuild it, in another
+process, for a live replay or on a Ray worker. An unknown name raises listing the valid ones
+and how to add one. Registering a name twice with different factories raises.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.base import Env
+from tracerl.errors import NotFoundError, UserError
+from tracerl.imports import (
+    describe,
+    entry_points,
+    is_import_path,
+    load_entry_point,
+    load_object,
+    search_working_directory,
+)
+
+ENTRY_POINT_GROUP = "tracerl.envs"
+HOW_TO_ADD = (
+    "name one by import path (env.name: package.module:Class), declare an entry point in "
+    f"group {ENTRY_POINT_GROUP!r}, or start one with `tracerl init NAME` "
+    "(docs/your-own-env.md)"
+)
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 
 
 def register(name: str, factory: Callable[..., Env]) -> None:
-    if name in _REGISTRY:
+    """Register `factory` under `name` (the same factory twice is a no-op: a module that
+    registers its env on import may be imported again by a replay)."""
+    if name in _REGISTRY and _REGISTRY[name] is not factory:
         raise ValueError(f"environment {name!r} is already registered")
     _REGISTRY[name] = factory
 
 
 def registered() -> list[str]:
-    return sorted(_REGISTRY)
+    """Names `make` accepts without an import path: registered and entry points."""
+    return sorted({*_REGISTRY, *entry_points(ENTRY_POINT_GROUP)})
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build an environment, resolved: its name, factory and where the factory
+    lives (``module:qualname``, None for a factory that cannot be found by path)."""
+
+    name: str
+    factory: Callable[..., Env] = field(repr=False)
+    import_path: str | None
+
+    @property
+    def cls(self) -> type | None:
+        """The environment's class, when the factory is one (a function may build any)."""
+        return self.factory if inspect.isclass(self.factory) else None
+
+
+def resolve(name: str) -> EnvSpec:
+    """The environment `name` stands for; `NotFoundError` with the valid names if none."""
+    if not isinstance(name, str) or not name:
+        raise UserError(f"an environment name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        factory = _REGISTRY[name]
+        return EnvSpec(name, factory, describe(factory))
+    if is_import_path(name):
+        factory = load_object(name, f"environment {name!r}")
+        _check_factory(name, factory)
+        return EnvSpec(name, factory, name)
+    eps = entry_points(ENTRY_POINT_GROUP)
+    if name in eps:
+        factory = load_entry_point(eps[name], "environment")
+        _check_factory(name, factory)
+        return EnvSpec(name, factory, eps[name].value)
+    import difflib
+
+    valid = registered()
+    close = difflib.get_close_matches(name, valid, n=1)
+    raise NotFoundError(
+        f"unknown environment {name!r}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; registered: {', '.join(valid) or 'none'}",
+        HOW_TO_ADD,
+    )
+
+
+def _check_factory(name: str, factory: Any) -> None:
+    if not callable(factory) or (inspect.isclass(factory) and not issubclass(factory, Env)):
+        raise UserError(
+            f"environment {name!r} is {factory!r}, not an environment class or factory",
+            "point it at a subclass of tracerl.envs.Env (or ToolEnv), or a function returning "
+            "one",
+        )
 
 
 def make(name: str, **kwargs: Any) -> Env:
     """A fresh environment instance (one per episode)."""
-    if name not in _REGISTRY:
-        valid = ", ".join(registered()) or "none"
-        raise KeyError(f"unknown environment {name!r}; registered: {valid}")
-    env = _REGISTRY[name](**kwargs)
-    env.spec = {"name": name, "kwargs": dict(kwargs)}  # type: ignore[attr-defined]
+    spec = resolve(name)
+    env = spec.factory(**kwargs)
+    if not isinstance(env, Env):
+        raise UserError(
+            f"environment {name!r}: its factory returned {type(env).__name__}, not an Env",
+            "return an instance of a tracerl.envs.Env subclass",
+        )
+    env.spec = {"name": name, "kwargs": dict(kwargs), "import": spec.import_path}  # type: ignore[attr-defined]
     return env
+
+
+def make_from_spec(spec: dict[str, Any], **overrides: Any) -> Env:
+    """Rebuild the environment a receipt's ``env`` describes (a live replay): by name, and
+    when this process does not know the name (a user's env registered by a module nobody
+    imported here), by the import path recorded with it."""
+    name, kwargs = spec["name"], {**(spec.get("kwargs") or {}), **overrides}
+    path = spec.get("import")
+    try:
+        resolve(name)
+    except NotFoundError:
+        if not path:
+            raise
+        search_working_directory()
+        load_object(path, f"environment {name!r}")  # its module may register the name
+        if name not in _REGISTRY:
+            env = make(path, **kwargs)
+            env.spec = {**env.spec, "name": name}  # type: ignore[attr-defined]
+            return env
+    return make(name, **kwargs)
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable ``() -> Env`` (sent to Ray workers): it resolves the name where it runs,
+    searching the driver's working directory too, so ``module:Class`` paths resolve there."""
+
+    name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def __call__(self) -> Env:
+        if self.cwd:
+            import sys
+
+            if self.cwd not in sys.path:
+                sys.path.append(self.cwd)
+        return make(self.name, **self.kwargs)
+
+
+def env_factory(name: str, kwargs: dict[str, Any] | None = None) -> EnvFactory:
+    import os
+
+    return EnvFactory(name, dict(kwargs or {}), os.getcwd())

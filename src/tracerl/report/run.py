@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from tracerl.errors import UserError
 from tracerl.jsonl import complete_members_text, parse_lines
 from tracerl.types import RewardBreakdown, Trajectory
 
@@ -32,7 +33,7 @@ METRICS_FILE = "metrics.jsonl"
 LEDGER_FILE = "async_ledger.jsonl"
 
 
-class RunDirError(ValueError):
+class RunDirError(UserError, ValueError):
     """The path is not a run directory (or the episode is not in it)."""
 
 
@@ -120,6 +121,34 @@ class EpisodeRecord:
         return self.reward is not None and self.reward.succeeded
 
     @property
+    def task(self) -> dict[str, Any]:
+        task = self.receipt.get("task")
+        return task if isinstance(task, dict) else {}
+
+    @property
+    def question(self) -> str:
+        """What the episode was asked: the task's ``question``, else its ``prompt``, else
+        the last user message `reset` gave the policy (an environment of one's own need not
+        name its task's text the way the search environment does)."""
+        for key in ("question", "prompt"):
+            if self.task.get(key) not in (None, ""):
+                return _message_text(self.task[key])
+        for m in reversed(self.receipt.get("reset_messages") or []):
+            if isinstance(m, dict) and m.get("role") == "user":
+                return _message_text(m.get("content"))
+        return ""
+
+    @property
+    def gold_answers(self) -> list[str]:
+        """The task's ``answers`` (a single value counts as one); empty when it has none."""
+        answers = self.task.get("answers")
+        if answers is None or answers == "":
+            return []
+        if isinstance(answers, list | tuple):
+            return [str(a) for a in answers]
+        return [str(answers)]
+
+    @property
     def stop_reason(self) -> str:
         return str(self.receipt.get("stop_reason") or "")
 
@@ -145,6 +174,14 @@ class EpisodeRecord:
         if self.phase == "warm_start":
             return "warm start reference"
         return f"{self.phase} step {self.step}"
+
+
+def _message_text(content: Any) -> str:
+    """A message's content as text: a string, or the text parts of a list of parts."""
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, dict) else p for p in content]
+        return "\n".join(str(p) for p in parts if p is not None)
+    return "" if content is None else str(content)
 
 
 def _origin(run_dir: Path, path: Path) -> tuple[str, str, str, int]:

@@ -1,5 +1,6 @@
-"""The dashboard's tables: attribution, stop reasons, reward components, citations and
-latency, sample episodes, triage, run facts and the headline cards."""
+"""The dashboard's tables: attribution, stop reasons, reward components, citations (when
+the run measured them) and latency, sample episodes, triage, run facts and the headline
+cards."""
 
 from __future__ import annotations
 
@@ -141,17 +142,33 @@ def _num(v: float | None) -> str:
     return "–" if v is None else f"{v:.3f}"
 
 
+SEARCH_ROWS = (("invalid citation rate", "invalid_citation_rate", pct),)
+"""Rows only a run that measured them shows (an environment with documents to cite): label,
+metric (``train/<key>`` or ``eval/<split>/<key>``), format. (``searches_mean`` is not one:
+every evaluation writes it, 0 where no tool is called ``search``.)"""
+
+
+def has_metric(d: RunData, key: str) -> bool:
+    """Did the run record `key`, in training (``train/<key>``) or in an evaluation of any
+    split (``eval/<split>/<key>``)?"""
+    rows = d.train + d.evals
+    return any(
+        k == f"train/{key}" or (k.startswith("eval/") and k.split("/", 2)[-1] == key)
+        for r in rows
+        for k in r
+    )
+
+
 def quality(d: RunData) -> str:
     split, ev = d.eval_split, d.last_eval(d.eval_split)
     last = d.train[-1] if d.train else {}
     stale = [k for r in d.train for k in r if "staleness" in k]
     dropped = sum(float(r.get("train/ineligible_episodes", 0.0)) for r in d.train)
     rows = [
-        [
-            "invalid citation rate",
-            pct(last.get("train/invalid_citation_rate")),
-            pct(ev.get(f"eval/{split}/invalid_citation_rate")),
-        ],
+        [label, fmt(last.get(f"train/{key}")), fmt(ev.get(f"eval/{split}/{key}"))]
+        for label, key, fmt in SEARCH_ROWS
+        if has_metric(d, key)  # a reward without citations has no citation rows
+    ] + [
         [
             "P95 episode latency",
             _secs(last.get("rollout/latency_p95_s")),
@@ -225,10 +242,6 @@ def episode_links(d: RunData, tri: Triage, linked: dict[int, EpisodeRecord]) -> 
     return table(["sample", "episode", "where", "reward", "why"], rows, {3})
 
 
-def _short(episode_id: str) -> str:
-    return episode_id if len(episode_id) <= 40 else episode_id[:37] + "..."
-
-
 def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
     n = len(tri.verdicts)
     if not n:
@@ -243,7 +256,7 @@ def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
                 linked[id(e)] = e
             links = Raw(
                 " ".join(
-                    f'<a href="episodes/{esc(page_name(e))}">{esc(_short(e.episode_id))}</a>'
+                    f'<a href="episodes/{esc(page_name(e))}">{esc(e.episode_id)}</a>'
                     for e, _ in examples
                 )
             )

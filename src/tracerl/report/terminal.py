@@ -4,6 +4,8 @@ triage tables (`tracerl triage RUN`)."""
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -64,42 +66,53 @@ def print_trajectory(traj: Trajectory, console: Console | None = None) -> None:
 def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
     """What the episode's HTML page shows: facts, reward breakdown, steps, tokens."""
     console = console or Console()
-    rc, task = ep.receipt, ep.receipt.get("task") or {}
     verdict = classify(ep)
-    facts = Table(show_header=False, box=None)
-    for k, v in (
-        ("episode", ep.episode_id),
+    ids = [("episode", ep.episode_id), ("replay id", ep.receipt.get("replay_id"))]
+    rows = [
         ("where", ep.where),
-        ("replay id", rc.get("replay_id", "")),
-        ("question", task.get("question", "")),
-        ("gold answers", ", ".join(map(str, task.get("answers") or []))),
+        ("question", ep.question),
+        ("gold answers", ", ".join(ep.gold_answers)),  # none: no row (the HTML page's rule)
         ("stop reason", ep.stop_reason),
         ("attribution", ep.attribution),
         ("triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"),
         ("reward", "-" if ep.total is None else f"{ep.total:.3f}"),
-    ):
-        facts.add_row(Text(k, style="bold"), Text(str(v)))
+    ]
+    ids = [(k, str(v)) for k, v in ids if v not in (None, "")]
+    rows = [(k, str(v)) for k, v in rows if v not in (None, "")]
+    width = max(len(k) for k, _ in ids + rows)
+    for k, v in ids:  # whole, on one line, at any width: they are copied into commands
+        print_line(console, k.ljust(width), v)
+    facts = Table(show_header=False, box=None, pad_edge=False)
+    facts.add_column(min_width=width)
+    facts.add_column()
+    for k, v in rows:
+        facts.add_row(Text(k, style="bold"), Text(v))
     console.print(facts)
     if ep.reward is not None:
         rt = Table(title="reward breakdown")
-        for col in ("component", "layer", "value", "weight", "contribution", "state"):
-            rt.add_column(
-                col, justify="right" if col in ("value", "weight", "contribution") else "left"
+        comps = ep.reward.components
+        states = ["gated" if c.gated else "" if c.decided else "undecided" for c in comps]
+        cols = ["component", "layer", "value", "weight", "contribution"]
+        cols += ["state"] if any(states) else []  # room for the rest in a narrow terminal
+        for col in cols:
+            rt.add_column(  # a narrow terminal folds cells, never cuts a name short
+                col,
+                justify="right" if col in ("value", "weight", "contribution") else "left",
+                overflow="fold",
             )
-        for c in ep.reward.components:
-            state = "gated" if c.gated else "" if c.decided else "undecided"
+        for c, state in zip(comps, states, strict=True):
             rt.add_row(
                 Text(c.name),
                 c.layer.value,
                 f"{c.value:.3f}",
                 f"{c.weight:.2f}",
                 f"{c.contribution:.3f}",
-                state,
+                *([state] if any(states) else []),
             )
         console.print(rt)
     st = Table(title="steps")
     for col in ("step", "action", "observation", "latency ms", "evidence gain"):
-        st.add_column(col)
+        st.add_column(col, overflow="fold")
     for s in ep.steps:
         st.add_row(
             str(s.get("step")),
@@ -113,8 +126,12 @@ def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
         print_trajectory(t, console)
 
 
-def print_triage(tri: Triage, console: Console | None = None) -> None:
-    """One table per bucket: kinds, counts, shares and example episode ids."""
+def print_triage(
+    tri: Triage, console: Console | None = None, run: str | os.PathLike[str] | None = None
+) -> None:
+    """One table per bucket (kinds, counts, shares), then example episodes of each kind:
+    `tracerl show` commands (with `run`) or ids, each whole on its own line, so they can be
+    copied at any terminal width."""
     console = console or Console()
     n = len(tri.verdicts)
     counts = tri.counts()
@@ -129,12 +146,26 @@ def print_triage(tri: Triage, console: Console | None = None) -> None:
         if not kinds:
             continue
         table = Table(title=f"{bucket} ({counts[bucket]})")
-        for col in ("kind", "episodes", "share", "examples (tracerl show RUN <id>)"):
-            table.add_column(col, justify="right" if col in ("episodes", "share") else "left")
-        for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]):
-            examples = "\n".join(e.episode_id for e, _ in tri.examples(bucket, kind, 2))
-            table.add_row(kind, str(k), f"{100 * k / max(1, n):.0f}%", Text(examples))
+        for col in ("kind", "episodes", "share"):
+            table.add_column(col, justify="left" if col == "kind" else "right")
+        ordered = sorted(kinds.items(), key=lambda kv: -kv[1])
+        for kind, k in ordered:
+            table.add_row(kind, str(k), f"{100 * k / max(1, n):.0f}%")
         console.print(table)
+        prefix = f"tracerl show {shlex.quote(str(run))} " if run is not None else ""
+        console.print(
+            Text(f"examples ({prefix or 'tracerl show RUN '}<id>):", style="dim"), soft_wrap=True
+        )
+        width = max(len(kind) for kind in kinds)
+        for kind, _ in ordered:
+            for e, _ in tri.examples(bucket, kind, 2):
+                print_line(console, f"  {kind.ljust(width)}", prefix + shlex.quote(e.episode_id))
+
+
+def print_line(console: Console, label: str, value: str, sep: str = "  ") -> None:
+    """`label  value` on one line that is never wrapped nor cut (the terminal may fold it
+    on screen, but a copy gets it whole): for ids and commands meant to be copied."""
+    console.print(Text.assemble((label, "bold"), sep, value), soft_wrap=True)
 
 
 def print_evals(run_dir: Path, console: Console) -> None:
@@ -142,7 +173,8 @@ def print_evals(run_dir: Path, console: Console) -> None:
     history = eval_history(run_dir)
     if not history:
         return
-    table = Table(title=f"evaluations of {run_dir}")
+    print_line(console, "evaluations of", str(run_dir), " ")  # a path: never wrapped
+    table = Table()
     for col in ("stage", "after RL step", "split", "success", "mean reward"):
         table.add_column(col)
     for h in history:

@@ -14,24 +14,31 @@ not on the reward curve. Every episode falls in exactly one bucket:
                                     stopped looking too soon, or its searches missed)
                    ignored_evidence an observation held the answer, the final answer did not
                    out_of_budget    a budget ended the episode before an answer
-                   wrong_answer     none of the above can be told (the task has no gold
-                                    answer to look for)
+                   constraint_violated
+                                    a constraint-layer reward component failed (forbidden
+                                    edits, a format of one's own): named, with its evidence
+                   wrong_answer     an outcome component failed and no gold answer can be
+                                    looked for: named, with its evidence
     environment    an outage or degraded service shaped the episode (never the policy's)
     evaluator      the reward code crashed, or nothing could decide (undecided near miss,
                    unknown attribution, an unscored episode)
 
 The policy kinds are the design notes' "selected a tool without permission, ignored
 necessary evidence or stopped too early", plus format, budget and the honest remainder.
+The evidence kinds need gold answers (the task's ``answers``, or the ``golds`` a failed
+outcome component recorded, as the search reward's exact match does); an environment that
+brings its own reward is described by the components that reward recorded instead.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 
 from tracerl.report.run import EpisodeRecord
-from tracerl.types import Source
+from tracerl.types import Layer, RewardComponent, Source
 
 BUCKETS = ("succeeded", "policy", "environment", "evaluator")
 POLICY_KINDS = (
@@ -40,6 +47,7 @@ POLICY_KINDS = (
     "answered_without_evidence",
     "ignored_evidence",
     "out_of_budget",
+    "constraint_violated",
     "wrong_answer",
 )
 _TOOL_FAULTS = {"unknown_tool", "forbidden_tool", "invalid_arguments"}
@@ -51,6 +59,7 @@ _BUDGET_STOPS = {
     "marginal_evidence_gain_below_threshold",
     "reserve_reached",
 }
+_FINISHED = {"answered", "env_terminated"}  # the agent answered, or the task reached an end
 
 
 @dataclass(frozen=True)
@@ -128,17 +137,76 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
         return "format", f"{unreadable} unreadable turn(s), no answer"
     if ep.stop_reason in _BUDGET_STOPS:
         return "out_of_budget", f"stopped by {ep.stop_reason} before answering"
-    if ep.stop_reason != "answered":
+    if ep.stop_reason not in _FINISHED:
         return "format", f"ended with {ep.stop_reason or 'no stop reason'}, not an answer"
-    # it answered, wrongly: was the answer in front of it? (unreadable turns on the way are
-    # noted, but the wrong answer is the failure)
+    # it answered (or the environment reached an end state), wrongly: say why in the terms of
+    # the reward the run used (unreadable turns on the way are noted, but they are not the
+    # failure)
     also = f" ({unreadable} unreadable turn(s) on the way)" if unreadable else ""
-    golds = [str(g) for g in (ep.receipt.get("task") or {}).get("answers") or []]
-    if not golds:
-        return "wrong_answer", "wrong answer (the task has no gold answer to look for)" + also
-    if _evidence_seen(ep, golds):
-        return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not{also}"
-    return "answered_without_evidence", f"answered before any observation held {golds[0]!r}{also}"
+    r = ep.reward
+    components = r.components if r is not None else ()
+    outcome = next(
+        (
+            c
+            for c in components
+            if c.layer is Layer.OUTCOME and not c.gated and c.decided and c.value < 1.0
+        ),
+        None,
+    )
+    golds = (_as_list((outcome.evidence or {}).get("golds")) if outcome else []) or ep.gold_answers
+    observed = any(  # an episode that saw no observation had no evidence to miss
+        s.source is Source.ENVIRONMENT for t in ep.trajectories for s in t.segments
+    )
+    if golds and observed and ep.stop_reason == "answered":  # was the answer in front of it?
+        if _evidence_seen(ep, golds):
+            return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not{also}"
+        return (
+            "answered_without_evidence",
+            f"answered before any observation held {golds[0]!r}{also}",
+        )
+    broken = [
+        c
+        for c in components
+        if c.layer is Layer.CONSTRAINT and not c.gated and c.decided and c.value < 1.0
+    ]
+    if outcome is not None:
+        more = f"; constraint {broken[0].name} failed too" if broken else ""
+        return "wrong_answer", f"outcome {describe(outcome)}{more}{also}"
+    if broken:
+        return "constraint_violated", f"constraint {describe(broken[0])}{also}"
+    gated = next((i for i, c in enumerate(components) if c.gated), 0)
+    if gated:  # a gate closed before the outcome was scored: the component just before it
+        return "wrong_answer", f"{describe(components[gated - 1])} closed the gate{also}"
+    return "wrong_answer", f"no outcome component reached 1.0{also}"
+
+
+def _as_list(value: object) -> list[str]:
+    if value is None or value == "":
+        return []
+    return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
+
+
+def describe(c: RewardComponent, pairs: int = 3, width: int = 40) -> str:
+    """A component in a line: its name, its value and the first few items of its evidence,
+    each value cut to about `width` characters (``within_tolerance 0.000 (answer='12',
+    expected=1200)``)."""
+    items = list((c.evidence or {}).items())
+    shown = [f"{k}={_brief(v, width)}" for k, v in items[:pairs]]
+    if len(items) > pairs:
+        shown.append("...")
+    return f"{c.name} {c.value:.3f}" + (f" ({', '.join(shown)})" if shown else "")
+
+
+def _brief(value: object, width: int) -> str:
+    if isinstance(value, str):
+        text = " ".join(value.split())
+        return repr(text if len(text) <= width else text[: width - 3] + "...")
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, bool | int) or value is None:
+        return str(value)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass

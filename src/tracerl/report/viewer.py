@@ -190,15 +190,14 @@ def _token_view(t: Trajectory) -> str:
 
 def episode_page(ep: EpisodeRecord, back: str = "../index.html") -> str:
     rc = ep.receipt
-    task = rc.get("task") or {}
     verdict = classify(ep)
     ledger = rc.get("ledger") or {}
     facts = [
         ["where", ep.where],
         ["episode id", ep.episode_id],
         ["replay id", rc.get("replay_id", "")],
-        ["question", task.get("question", task.get("prompt", ""))],
-        ["gold answers", ", ".join(map(str, task.get("answers") or []))],
+        ["question", ep.question],
+        ["gold answers", ", ".join(ep.gold_answers)],
         ["stop reason", _tag(ep.stop_reason, "ok" if ep.stop_reason == "answered" else "bad")],
         ["attribution", _tag(ep.attribution, "env" if ep.attribution == "environment" else "")],
         ["triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"],

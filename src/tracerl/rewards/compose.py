@@ -48,6 +48,18 @@ class RewardContext:
     attribution: Attribution
     lookup: Callable[[str], str | None] = lambda _: None
     ledger: dict[str, Any] = field(default_factory=dict)
+    trajectories: Sequence[Trajectory] = ()
+    """The episode's samples (token ids, masks, segments with their text)."""
+
+    @property
+    def answer_text(self) -> str:
+        """The final answer's text ("" when the episode never answered)."""
+        return str((self.answer or {}).get("text") or "")
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The last step's ``info`` (what the environment said when the episode ended)."""
+        return dict((self.steps[-1].get("info") or {}) if self.steps else {})
 
     @classmethod
     def from_trajectories(
@@ -65,6 +77,8 @@ class RewardContext:
             ),
             None,
         )
+        if answer is not None and not isinstance(answer, dict):  # a bare final answer
+            answer = {"text": str(answer)}
         return cls(
             task=receipt.get("task", {}),
             answer=answer,
@@ -73,6 +87,7 @@ class RewardContext:
             attribution=Attribution(receipt.get("attribution", "unknown")),
             lookup=lookup,
             ledger=receipt.get("ledger", {}),
+            trajectories=tuple(trajectories),
         )
 
 
@@ -98,14 +113,22 @@ class ComponentSpec(BaseModel):
     name: str
     """The metric name (``reward/<name>``)."""
     fn: str
-    """A registered component function."""
+    """The function that scores it: a registered component, a method of the environment,
+    or an import path (``package.module:function``)."""
     layer: Layer
+    """What it measures: ``outcome`` (was the task done; the first one scored decides
+    success), ``constraint`` (format, permissions, budget; below 1 counts as a violation),
+    ``process``, ``cost`` or ``attribution`` (labels). The layer shapes reports and success,
+    not the total."""
     weight: float = 1.0
+    """The component adds value x weight to the total reward (0: scored and reported, or a
+    gate, but worth nothing)."""
     gate: float | None = None
     """If set: later components are scored only if this value is at least the gate."""
     cap: float | None = Field(None, ge=0)
     """Bound on |value x weight|."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the function: ``fn(ctx, **params)``."""
 
 
 class RewardSpec(BaseModel):
@@ -127,8 +150,13 @@ class RewardSpec(BaseModel):
         return spec
 
 
-def compose(spec: RewardSpec, ctx: RewardContext) -> RewardBreakdown:
-    """Score every component in order, honouring gates and caps."""
+def compose(
+    spec: RewardSpec, ctx: RewardContext, functions: dict[str, ComponentFn] | None = None
+) -> RewardBreakdown:
+    """Score every component in order, honouring gates and caps. `functions` maps a
+    component's ``fn`` to the function (`tracerl.rewards.resolve`); default: the registered
+    components."""
+    functions = COMPONENTS if functions is None else functions
     out: list[RewardComponent] = []
     gate_open, decided = True, True
     for c in spec.components:
@@ -136,7 +164,7 @@ def compose(spec: RewardSpec, ctx: RewardContext) -> RewardBreakdown:
             out.append(RewardComponent(c.name, c.layer, 0.0, c.weight, 0.0, gated=True))
             continue
         try:
-            score = COMPONENTS[c.fn](ctx, **c.params)
+            score = functions[c.fn](ctx, **c.params)
         except Exception as e:  # the evaluator's fault, never the policy's
             error = f"{c.name}: {type(e).__name__}: {e}"
             failed = RewardComponent(

@@ -61,16 +61,26 @@ class MarginalGainStop(_Config):
     `threshold` evidence."""
 
     threshold: float = Field(0.05, ge=0)
+    """A tool step whose evidence gain (as the environment judges it; 0 when it reports
+    none) is below this counts as low-gain."""
     patience: int = Field(2, ge=1)
+    """Consecutive low-gain tool steps that close exploration (with a reserve: the agent is
+    asked to finalize; without one: the episode stops)."""
 
 
 class RetryPolicy(_Config):
     """Retries for retryable infrastructure faults, with exponential backoff."""
 
     max_retries: int = Field(2, ge=0)
+    """Retries of an environment step whose tool calls failed with a retryable
+    infrastructure fault (only the failed calls are sent again; a write that timed out never
+    is); 0: none. When they run out, the episode is the environment's failure."""
     backoff_s: float = Field(0.05, ge=0)
+    """Seconds before the first retry."""
     backoff_factor: float = Field(2.0, ge=1)
+    """Each further retry waits this many times longer."""
     max_backoff_s: float = Field(2.0, ge=0)
+    """The longest wait between two attempts, in seconds."""
 
     def delay(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * self.backoff_factor**attempt)
@@ -80,10 +90,13 @@ class RolloutConfig(_Config):
     """Everything that shapes an episode besides the policy and the environment."""
 
     budgets: Budgets = Budgets()
+    """Per-episode limits: steps, tool calls, tokens, wall time."""
     reserve: TerminalReserve | None = TerminalReserve()
     """None: no reserve; budgets are hard caps that cut the episode off."""
     marginal_gain: MarginalGainStop | None = None
+    """Stop exploring when tool steps stop gaining evidence; None: off."""
     retry: RetryPolicy = RetryPolicy()
+    """Retries of environment steps that failed for infrastructure reasons."""
     max_turn_tokens: int = Field(256, ge=1)
     """The most tokens sampled in one model turn."""
     observation_max_tokens: int = Field(512, ge=8)
@@ -95,7 +108,9 @@ class RolloutConfig(_Config):
     weight_sync: Literal["none", "between_turns"] = "none"
     """How the weights may change under a running episode: ``none`` (synchronous training:
     never), ``between_turns`` (asynchronous: a turn finishes on the weights it started
-    with; later turns may use newer ones, each turn's tokens carry their version)."""
+    with; later turns may use newer ones, each turn's tokens carry their version). A record
+    more than a setting: asynchronous training sets ``between_turns`` itself, and the value is
+    kept in each episode's receipt."""
 
 
 class Ledger:

@@ -19,15 +19,16 @@ from typing import Any
 
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult
 from tracerl.envs.parsers import Action, get_parser
-from tracerl.envs.registry import make
+from tracerl.envs.registry import make_from_spec
 from tracerl.envs.tools import Tool, ToolSet
+from tracerl.errors import UserError
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.runner import Policy, run_episode
 from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
 from tracerl.types import Receipt, ToolCall, Trajectory, TrajectoryError
 
 
-class ReplayError(RuntimeError):
+class ReplayError(UserError, RuntimeError):
     """The recording cannot be replayed (missing, or the replay asked for something else)."""
 
 
@@ -216,8 +217,10 @@ async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None
     """
     receipt = _receipt(trajectories)
     if env is None:
-        kwargs = {**receipt.env.get("kwargs", {}), "side_effect_guard": "dry_run"}
-        env = make(receipt.env["name"], **kwargs)
+        try:
+            env = make_from_spec(receipt.env, side_effect_guard="dry_run")
+        except TypeError:  # an env without the guard argument: checked below
+            env = make_from_spec(receipt.env)
     if getattr(env, "real_writes", False) or env.side_effect_guard != "dry_run":
         raise ReplayError("live replay runs only with side_effect_guard='dry_run'")
     report = LiveReport(receipt.episode_id)

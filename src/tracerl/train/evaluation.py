@@ -4,9 +4,10 @@ training, written to the run directory and logged through the metrics sinks."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
-from tracerl.config import RunConfig
+from tracerl.config import RunConfig, dump_config
 from tracerl.evaluate import task_batches
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
@@ -68,3 +69,34 @@ async def evaluate_async(
     split = cfg.env.eval_split
     bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
     return m
+
+
+def evaluate_config(
+    prepared: Any, out: Path, *, n: int | None = None, progress: QuietProgress | None = None
+) -> dict[str, float]:
+    """`tracerl eval CONFIG`: the config's model (as loaded) on its environment's eval split
+    (and the adversarial split, if the config asks), scored by its reward, written to `out`
+    as a run directory (stage ``baseline``, step 0)."""
+    from tracerl.envs.registry import env_factory
+    from tracerl.train.loop import RunExistsError, build_policy
+
+    cfg = prepared.cfg
+    update: dict[str, Any] = {"out_dir": str(out.parent), "name": out.name}
+    cfg = cfg.model_copy(update=update)
+    if n is not None:
+        env = cfg.env.model_copy(update={"eval_tasks": n})
+        cfg = cfg.model_copy(update={"env": env})
+    if (out / "metrics.jsonl").exists():
+        raise RunExistsError(f"{out} already holds a run; pick another --out")
+    bars = progress or QuietProgress(print)
+    policy = build_policy(cfg)[2]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_config(cfg))
+    sink = MetricsLog.open(out, ["jsonl"], name=cfg.name, config=cfg.model_dump(mode="json"))
+    try:
+        env = env_factory(cfg.env.name, cfg.env.kwargs)
+        return evaluate(
+            cfg, env, prepared.probe, policy, prepared.reward, sink, 0, bars, "baseline"
+        )
+    finally:
+        sink.close()

@@ -29,7 +29,10 @@ from typing import Any
 
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
-from tracerl.envs import get_parser, make
+from tracerl.envs import get_parser
+from tracerl.envs.registry import env_factory
+from tracerl.errors import UserError
+from tracerl.preflight import Prepared, prepare
 from tracerl.report.progress import QuietProgress
 from tracerl.report.run import metric_rows
 from tracerl.report.sinks import MetricsLog
@@ -46,14 +49,13 @@ from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
 from tracerl.train.metrics import citation_metrics
-from tracerl.train.scoring import reward_function
 from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
 
 
-class RunExistsError(RuntimeError):
-    pass
+class RunExistsError(UserError, RuntimeError):
+    """The run directory holds a run already (continue it with --resume)."""
 
 
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
@@ -100,13 +102,17 @@ def train(
     resume: bool = False,
     log: Log = print,
     progress: QuietProgress | None = None,
+    prepared: Prepared | None = None,
 ) -> dict[str, float]:
     """Run (or `resume`) the configured training; returns the last evaluation's metrics.
-    `progress` draws bars (`RichProgress`); without it, summary lines go to `log`."""
+    `progress` draws bars (`RichProgress`); without it, summary lines go to `log`. The config
+    is checked first (`tracerl.preflight.prepare`, unless `prepared` is its result)."""
 
     bars = progress or QuietProgress(log)
     log = bars.line
 
+    prepared = prepared or prepare(cfg)  # refuses what the run cannot complete, before writing
+    cfg, probe, reward = prepared.cfg, prepared.probe, prepared.reward
     run_dir = cfg.run_dir
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / "metrics.jsonl").exists():
@@ -116,8 +122,6 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     bundle, sampler, policy = build_policy(cfg)
-    probe = make(cfg.env.name, **cfg.env.kwargs)
-    reward = reward_function(cfg, probe)
     sink = MetricsLog.open(
         run_dir,
         cfg.report.sinks,
@@ -180,8 +184,7 @@ def _train(
 ) -> dict[str, float]:
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
 
-    def env() -> Any:
-        return make(cfg.env.name, **cfg.env.kwargs)
+    env = env_factory(cfg.env.name, cfg.env.kwargs)  # picklable: Ray workers build it too
 
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
         return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tracerl.errors import UserError
+
 SCHEMA = "tracerl.trajectory/1"
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(UserError, ValueError):
     """A trajectory, a message list or a rendering broke an invariant.
 
     The message always names what was wrong and where (segment, message or token index) and

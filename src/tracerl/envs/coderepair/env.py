@@ -26,7 +26,9 @@ from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
 from tracerl.envs.coderepair.grader import compile_suite
+from tracerl.envs.coderepair.reward import CODE_REPAIR_REWARD
 from tracerl.envs.coderepair.sandbox import Limits, RunResult, run_files, write_tree
+from tracerl.envs.coderepair.tasks import SPLITS
 from tracerl.envs.coderepair.tasks import sample_tasks as _sample
 from tracerl.envs.coderepair.verdict import grade, new_nonce
 from tracerl.envs.parsers import Action
@@ -72,6 +74,8 @@ def test_summary(r: RunResult) -> dict[str, Any]:
 class CodeRepair(ToolEnv):
     name = "coderepair"
     version = "0.1"
+    splits = SPLITS
+    reward_components = CODE_REPAIR_REWARD
 
     def __init__(self, *, side_effect_guard: str = "dry_run", limits: Limits | None = None):
         super().__init__(side_effect_guard=side_effect_guard)

@@ -30,6 +30,7 @@ from tracerl.envs.search import tasks as task_sets
 from tracerl.envs.search.corpus import Corpus, load_corpus
 from tracerl.envs.search.index import BM25Index, Hit
 from tracerl.envs.tools import PolicyError, ToolResult, tool
+from tracerl.rewards.components import SEARCH_REWARD
 from tracerl.types import FaultKind, ToolCall
 
 PROTOCOLS = ("tools", "search_r1")
@@ -73,6 +74,7 @@ def dense(corpus: Corpus) -> Any:
 class SearchEnv(ToolEnv):
     name = "search"
     version = "1.0"
+    reward_components = SEARCH_REWARD
 
     def __init__(
         self,
@@ -96,6 +98,7 @@ class SearchEnv(ToolEnv):
             snippet_chars,
         )
         self.corpus = load_corpus(corpus)
+        self.splits = task_sets.splits_of(corpus)
         self.max_hops = max_hops
         """Only questions of at most this many hops (None: all) are sampled."""
         # "bm25": the in-process index; "http://host:port": a Search-R1 retrieval server

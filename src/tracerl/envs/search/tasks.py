@@ -49,6 +49,16 @@ def questions(corpus: str) -> tuple[dict[str, Any], ...]:
     return tuple(qs)
 
 
+def splits_of(corpus: str) -> tuple[str, ...]:
+    """The splits a corpus has questions for: the adversarial traps exist only in the
+    synthetic world; a corpus without generated questions (``jsonl:``) has none."""
+    if corpus == "synthetic":
+        return SPLITS
+    if corpus == "wiki":
+        return tuple(s for s in SPLITS if s != "adversarial")
+    return ()
+
+
 @cache
 def split(corpus: str, name: str) -> tuple[dict[str, Any], ...]:
     """The questions of one split: every gold document's topic is on that side."""

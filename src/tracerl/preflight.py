@@ -1,0 +1,184 @@
+"""Everything a run config needs, checked before anything is loaded or written.
+
+`prepare(cfg)` resolves the model spec (without loading it), the environment (a built-in, an
+entry point or an import path), its splits and the reward, and refuses a config the run
+could not complete, with what, where and what to do (`ConfigError`): an unknown model, an
+environment or reward that cannot be found, a split the environment does not have, an
+adversarial evaluation on an environment without that split, a warm start on an environment
+without a reference agent. It returns the config with the environment's split defaults
+filled in, and the objects the run uses.
+
+`tracerl train`, `readiness` and `eval` call it first: a mistake costs seconds, not a
+baseline evaluation, and nothing is written to the run directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracerl.config import ConfigError, RunConfig
+from tracerl.envs.base import Env
+from tracerl.envs.registry import EnvSpec, resolve
+from tracerl.errors import UserError
+from tracerl.rewards.resolve import RunReward, resolve_reward
+
+ADVERSARIAL = "adversarial"
+EVAL_PREFERENCE = ("heldout", "test", "validation", "eval", "dev")
+
+
+@dataclass
+class Prepared:
+    """A checked config and what it resolved to."""
+
+    cfg: RunConfig
+    """The config with ``env.train_split`` and ``env.eval_split`` filled in."""
+    env: EnvSpec
+    probe: Env
+    """An instance of the environment (task sampling, citation lookups)."""
+    reward: RunReward
+
+
+def _fail(key: str, e: Exception, hint: str | None = None) -> ConfigError:
+    message = getattr(e, "message", None) or str(e.args[0] if e.args else e)
+    return ConfigError(f"{key}: {message}", hint or getattr(e, "hint", None))
+
+
+def check_model(spec: str) -> None:
+    from tracerl.models.loading import check_spec
+
+    try:
+        check_spec(spec)
+    except UserError as e:
+        raise _fail("model.spec", e) from None
+
+
+def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
+    """The environment `name` resolves to, and one instance of it built with `kwargs`."""
+    from tracerl.envs.registry import make
+
+    try:
+        spec = resolve(name)
+    except UserError as e:
+        raise _fail("env.name", e) from None
+    try:
+        probe = make(name, **kwargs)
+    except UserError as e:
+        raise _fail("env.kwargs", e) from None
+    except TypeError as e:  # an argument the factory does not take
+        raise _fail("env.kwargs", e, f"check the arguments {_signature(spec)} takes") from None
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise _fail(
+            "env.kwargs", e, f"check the arguments given to {name!r} ({kwargs or 'none'})"
+        ) from None
+    return spec, probe
+
+
+def _signature(spec: EnvSpec) -> str:
+    import inspect
+
+    try:
+        params = inspect.signature(spec.factory).parameters.values()
+    except (TypeError, ValueError):
+        return spec.name
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return spec.name
+    params = [p.name for p in params if p.name != "self"]
+    return f"{spec.name} ({', '.join(params) or 'no arguments'})"
+
+
+def env_splits(probe: Env) -> tuple[str, ...] | None:
+    splits = getattr(probe, "splits", None)
+    return tuple(splits) if splits is not None else None
+
+
+def default_splits(splits: tuple[str, ...] | None) -> tuple[str, str]:
+    """(train, eval) for an environment declaring `splits` (None: undeclared)."""
+    if not splits:
+        return "train", "heldout"
+    train = "train" if "train" in splits else splits[0]
+    rest = [s for s in splits if s not in (train, ADVERSARIAL)]
+    preferred = [s for s in EVAL_PREFERENCE if s in rest]
+    return train, (preferred or rest or [train])[0]
+
+
+def check_split(probe: Env, name: str, split: str, key: str) -> None:
+    """Refuse `split` if the environment lacks it (declared, or by sampling one task)."""
+    declared = env_splits(probe)
+    if declared is not None:
+        if split not in declared:
+            valid = ", ".join(declared) or "none"
+            raise ConfigError(
+                f"{key}: environment {name!r} has no split {split!r}; its splits: {valid}",
+                f"set {key} to one of them" if declared else "this environment has no tasks",
+            )
+        return
+    try:
+        tasks = probe.sample_tasks(1, seed=0, split=split)
+    except Exception as e:
+        raise ConfigError(
+            f"{key}: environment {name!r} could not sample split {split!r}: "
+            f"{type(e).__name__}: {e}",
+            f"set {key} to a split it has (declare them as `splits` on the environment)",
+        ) from None
+    if not tasks:
+        raise ConfigError(f"{key}: environment {name!r} has no tasks in split {split!r}")
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Check `cfg` against what it names; the config with split defaults, and the objects."""
+    check_model(cfg.model.spec)
+    if cfg.env.parser is not None:
+        from tracerl.envs.parsers import PARSERS
+
+        if cfg.env.parser not in PARSERS:
+            raise ConfigError(
+                f"env.parser: unknown action parser {cfg.env.parser!r}; valid: "
+                f"{', '.join(sorted(PARSERS))}",
+                "or leave it unset: the model family's default",
+            )
+    spec, probe = build_probe(cfg.env.name, cfg.env.kwargs)
+    declared = env_splits(probe)
+    train, evaluation = default_splits(declared)
+    env_cfg = cfg.env.model_copy(
+        update={
+            "train_split": cfg.env.train_split or train,
+            "eval_split": cfg.env.eval_split or evaluation,
+        }
+    )
+    check_split(probe, cfg.env.name, env_cfg.train_split, "env.train_split")
+    check_split(probe, cfg.env.name, env_cfg.eval_split, "env.eval_split")
+    if cfg.env.adversarial_eval_tasks:
+        try:
+            check_split(probe, cfg.env.name, ADVERSARIAL, "env.adversarial_eval_tasks")
+        except ConfigError as e:
+            kwargs = f" with {cfg.env.kwargs}" if cfg.env.kwargs else ""
+            raise ConfigError(
+                f"env.adversarial_eval_tasks: {cfg.env.adversarial_eval_tasks} asks for the "
+                f"{ADVERSARIAL!r} split, which environment {cfg.env.name!r}{kwargs} does not "
+                f"have ({e.message.split(': ', 1)[1]})",
+                "set env.adversarial_eval_tasks: 0 (for search: the traps exist only on "
+                "corpus: synthetic)",
+            ) from None
+    if cfg.warm_start is not None and type(probe).check_script is Env.check_script:
+        raise ConfigError(
+            f"warm_start: environment {cfg.env.name!r} has no reference agent to imitate "
+            "(no check_script of its own)",
+            "remove warm_start, or give the environment a check_script(task) that solves a task",
+        )
+    if cfg.trainer.rollout.backend == "ray":
+        from tracerl.rollout.ray_workers import import_ray
+
+        try:
+            import_ray()
+        except ImportError as e:
+            raise ConfigError(f"trainer.rollout.backend: {e}") from None
+    try:
+        reward = resolve_reward(
+            cfg.trainer.reward, cfg.trainer.reward_components, probe, env_name=cfg.env.name
+        )
+    except UserError as e:
+        key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
+        raise _fail(key, e) from None
+    cfg = cfg.model_copy(update={"env": env_cfg})
+    return Prepared(cfg, spec, probe, reward)

@@ -1,0 +1,318 @@
+"""The run's reward, found: the environment's own verifier, a built-in, or the user's code.
+
+    trainer.reward: null                     the environment's own (`reward_components`, or
+                                             its ``reward``/``score`` method)
+    trainer.reward: search                   a built-in: search, arithmetic, coderepair
+    trainer.reward: mypkg.rewards:unit       an import path: a function (the outcome), or a
+                                             layered spec (YAML text, a list of components)
+    trainer.reward: unit                     an entry point of group ``tracerl.rewards``
+    trainer.reward_components: [...]         a layered spec in the config itself
+
+Whatever is named goes through the composer (`tracerl.rewards.compose`): gates, caps and an
+attribution label apply to a user's function as to the built-ins, and every episode's
+breakdown names the components that scored it. An environment with no reward of its own and
+none configured is a configuration error, never a borrowed reward.
+
+A user's function is called with what its parameters ask for, by name (as `verifiers` and
+TRL pass dataset columns): ``ctx`` (the `RewardContext`), ``task``, ``completion`` (the final
+answer's text), ``final_answer`` (its dict), ``steps``, ``stop_reason``, ``info`` (the last
+step's), ``trajectories``, ``ledger``, the component's ``params``, and any field of the task
+(``answer``, ``target``...). It returns a number (1.0 or more is a success), a `Score`, a
+``(value, evidence)`` pair, or None when it cannot decide (the episode then waits for a
+person and never trains on a guess). Raising is the evaluator's fault, never the policy's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tracerl.errors import NotFoundError, UserError
+from tracerl.imports import entry_points, is_import_path, load_entry_point, load_object
+from tracerl.rewards.compose import (
+    COMPONENTS,
+    ComponentFn,
+    ComponentSpec,
+    RewardContext,
+    RewardSpec,
+    Score,
+    compose,
+)
+from tracerl.types import RewardBreakdown, Trajectory
+
+ENTRY_POINT_GROUP = "tracerl.rewards"
+HOW_TO_ADD = (
+    "give the environment a reward(self, ctx) method or reward_components, or set "
+    "trainer.reward: package.module:function (docs/your-own-env.md)"
+)
+PASSED = (
+    "ctx",
+    "task",
+    "completion",
+    "final_answer",
+    "steps",
+    "stop_reason",
+    "info",
+    "trajectories",
+    "ledger",
+)
+"""What a user's reward function may ask for by name (besides the task's fields)."""
+ATTRIBUTION = {"name": "attribution", "fn": "attribution_label", "layer": "attribution"}
+OWN_METHODS = ("reward", "score")
+
+
+def builtin_rewards() -> dict[str, str]:
+    """The built-in rewards by name: their layered specs (YAML)."""
+    from tracerl.envs.arithmetic import ARITHMETIC_REWARD
+    from tracerl.envs.coderepair.reward import CODE_REPAIR_REWARD
+    from tracerl.rewards.components import SEARCH_REWARD
+
+    return {
+        "search": SEARCH_REWARD,
+        "arithmetic": ARITHMETIC_REWARD,
+        "coderepair": CODE_REPAIR_REWARD,
+    }
+
+
+def known_rewards() -> list[str]:
+    return sorted({*builtin_rewards(), *entry_points(ENTRY_POINT_GROUP)})
+
+
+@dataclass
+class RunReward:
+    """The run's reward function: an episode (or its trajectories) -> its breakdown."""
+
+    spec: RewardSpec
+    functions: dict[str, ComponentFn]
+    source: str
+    """Where it came from, for people: ``trainer.reward: search``, ``unitconv's own``."""
+    lookup: Callable[[str], str | None] = field(default=lambda _: None, repr=False)
+
+    def __call__(self, episode: Any) -> RewardBreakdown:
+        return self.score(episode.trajectories)
+
+    def score(self, trajectories: Sequence[Trajectory]) -> RewardBreakdown:
+        ctx = RewardContext.from_trajectories(trajectories, self.lookup)
+        return compose(self.spec, ctx, self.functions)
+
+    @property
+    def component_names(self) -> list[str]:
+        return [c.name for c in self.spec.components]
+
+
+def env_has_reward(env: Any) -> bool:
+    return bool(getattr(env, "reward_components", None)) or _own_method(env) is not None
+
+
+def _own_method(env: Any) -> Callable[..., Any] | None:
+    for name in OWN_METHODS:
+        method = getattr(env, name, None)
+        if callable(method) and inspect.ismethod(method):
+            return method
+    return None
+
+
+def resolve_reward(
+    reward: str | None,
+    components: list[ComponentSpec] | list[dict[str, Any]] | None,
+    env: Any,
+    *,
+    env_name: str = "",
+) -> RunReward:
+    """The run's reward (see the module's docstring); `env` is an instance of the run's
+    environment (its methods may be components; its ``document`` checks citations)."""
+    lookup = getattr(env, "document", None) or (lambda _: None)
+    label = env_name or getattr(env, "name", "") or type(env).__name__
+    if components and reward:
+        raise UserError(
+            "trainer.reward and trainer.reward_components are both set",
+            "keep one: a named reward, or the components of one",
+        )
+    if components:
+        spec = _spec(components, "trainer.reward_components")
+        return RunReward(spec, _functions(spec, env, "trainer.reward_components"), "config", lookup)
+    if reward:
+        return _named(reward, env, lookup)
+    own = getattr(env, "reward_components", None)
+    if own:
+        spec = _spec(own, f"environment {label!r}: reward_components")
+        where = f"environment {label!r}: reward_components"
+        return RunReward(spec, _functions(spec, env, where), f"{label}'s own", lookup)
+    method = _own_method(env)
+    if method is not None:
+        spec = _spec([ATTRIBUTION, {"name": label, "fn": method.__name__, "layer": "outcome"}], "")
+        return RunReward(spec, _functions(spec, env, label), f"{label}'s own", lookup)
+    raise UserError(
+        f"environment {label!r} has no reward of its own and trainer.reward is not set",
+        HOW_TO_ADD,
+    )
+
+
+def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunReward:
+    where = f"trainer.reward: {name}"
+    builtin = builtin_rewards()
+    if name in builtin:
+        spec = _spec(builtin[name], where)
+        return RunReward(spec, _functions(spec, env, where), where, lookup)
+    if is_import_path(name):
+        obj = load_object(name, "reward")
+    else:
+        eps = entry_points(ENTRY_POINT_GROUP)
+        if name not in eps:
+            import difflib
+
+            valid = known_rewards()
+            close = difflib.get_close_matches(name, valid, n=1)
+            raise NotFoundError(
+                f"unknown reward {name!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; built-in and installed: {', '.join(valid)}",
+                "name a function by import path (trainer.reward: package.module:function), "
+                f"declare an entry point in group {ENTRY_POINT_GROUP!r}, or leave it unset to "
+                "use the environment's own",
+            )
+        obj = load_entry_point(eps[name], "reward")
+        name = eps[name].value
+    if isinstance(obj, RewardSpec | str | list):
+        spec = _spec(obj, where)
+    elif callable(obj):
+        title = getattr(obj, "__name__", "reward")
+        spec = _spec([ATTRIBUTION, {"name": title, "fn": name, "layer": "outcome"}], where)
+        return RunReward(spec, {**COMPONENTS, name: adapt(obj, name)}, where, lookup)
+    else:
+        raise UserError(
+            f"{where}: that is a {type(obj).__name__}, not a reward",
+            "point it at a function (ctx or named arguments -> number or Score), or at a "
+            "layered spec (YAML text or a list of components)",
+        )
+    return RunReward(spec, _functions(spec, env, where), where, lookup)
+
+
+def _spec(source: Any, where: str) -> RewardSpec:
+    if isinstance(source, RewardSpec):
+        return source
+    data = yaml.safe_load(source) if isinstance(source, str) else source
+    if isinstance(data, list):
+        data = {"components": data}
+    try:
+        return RewardSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise UserError(
+            f"{where}: {loc}: {err['msg']} (got {err.get('input')!r})",
+            "each component needs name, fn and layer (outcome, constraint, process, cost, "
+            "attribution); optional weight, gate, cap, params",
+        ) from None
+
+
+def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]:
+    """Each component's function: a registered component, a method of the env, an import
+    path or an entry point, in that order."""
+    out: dict[str, ComponentFn] = {}
+    for c in spec.components:
+        if c.fn in out:
+            continue
+        method = getattr(env, c.fn, None) if c.fn.isidentifier() else None
+        if callable(method) and inspect.ismethod(method) and c.fn not in COMPONENTS:
+            out[c.fn] = adapt(method, f"{type(env).__name__}.{c.fn}")
+        elif c.fn in COMPONENTS:
+            out[c.fn] = COMPONENTS[c.fn]
+        elif is_import_path(c.fn):
+            out[c.fn] = adapt(load_object(c.fn, f"{where}: component {c.name!r}"), c.fn)
+        elif c.fn in entry_points(ENTRY_POINT_GROUP):
+            ep = entry_points(ENTRY_POINT_GROUP)[c.fn]
+            out[c.fn] = adapt(load_entry_point(ep, "reward component"), ep.value)
+        else:
+            raise NotFoundError(
+                f"{where}: component {c.name!r}: unknown function {c.fn!r}; registered: "
+                f"{', '.join(sorted(COMPONENTS))}",
+                "name a method of the environment, a registered component, or a function by "
+                "import path (package.module:function)",
+            )
+    return out
+
+
+def adapt(fn: Callable[..., Any], path: str) -> ComponentFn:
+    """A user's function as a component ``fn(ctx, **params) -> Score``: its arguments filled
+    by name, its return value read as a score (see the module's docstring)."""
+    if not callable(fn):
+        raise UserError(f"reward {path!r} is a {type(fn).__name__}, not a function")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    kinds = inspect.Parameter
+    var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
+    named = [p for p in params if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)]
+    first = named[0] if named else None
+    takes_ctx = first is not None and (
+        first.name == "ctx" or "RewardContext" in str(first.annotation)
+    )
+
+    def component(ctx: RewardContext, **extra: Any) -> Score:
+        if takes_ctx and first is not None and first.name != "ctx":
+            args: dict[str, Any] = {first.name: ctx}
+        else:
+            args = {}
+        available = {**ctx.task, **_passed(ctx), **extra}
+        for p in named:
+            if p.name in args:
+                continue
+            if p.name in available:
+                args[p.name] = available[p.name]
+            elif p.default is kinds.empty:
+                raise TypeError(
+                    f"{path}: cannot pass parameter {p.name!r}: tracerl passes "
+                    f"{', '.join(PASSED)}, the component's params and the task's fields "
+                    f"({', '.join(ctx.task)})"
+                )
+        if var_kw:
+            args.update({k: v for k, v in available.items() if k not in args})
+        return as_score(fn(**args), path)
+
+    component.__name__ = getattr(fn, "__name__", "component")
+    return component
+
+
+def _passed(ctx: RewardContext) -> dict[str, Any]:
+    return {
+        "ctx": ctx,
+        "task": ctx.task,
+        "completion": ctx.answer_text,
+        "final_answer": ctx.answer,
+        "steps": ctx.steps,
+        "stop_reason": ctx.stop_reason,
+        "info": ctx.info,
+        "trajectories": ctx.trajectories,
+        "ledger": ctx.ledger,
+    }
+
+
+def as_score(value: Any, path: str) -> Score:
+    """What a user's function returned, as a `Score`."""
+    if isinstance(value, Score):
+        return value
+    if value is None:
+        return Score(0.0, {"verdict": "the verifier could not decide"}, decided=False)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+        return Score(_number(value[0], path), dict(value[1]))
+    if isinstance(value, dict) and "value" in value:
+        rest = {k: v for k, v in value.items() if k not in ("value", "decided")}
+        return Score(_number(value["value"], path), rest, bool(value.get("decided", True)))
+    return Score(_number(value, path))
+
+
+def _number(value: Any, path: str) -> float:
+    if isinstance(value, bool | int | float) and not math.isnan(float(value)):
+        return float(value)
+    raise TypeError(
+        f"{path} returned {value!r} ({type(value).__name__}); return a number, a Score, "
+        "a (value, evidence) pair, or None when it cannot decide"
+    )
