@@ -30,7 +30,17 @@ from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_f
 @pytest.mark.parametrize("name", registered())
 def test_every_registered_env_passes_check_env(name, base_tokenizer):
     report = check_env(name, renderer=ChatRenderer(base_tokenizer))
-    assert report.ok and len(report.passed) == 5
+    assert report.ok and len(report.passed) == 7
+    labels = [p.split(":")[0] for p in report.passed]
+    assert labels == [
+        "versions",
+        "schemas",
+        "splits",
+        "reset determinism",
+        "step determinism",
+        "dry runs",
+        "reward",
+    ]
 
 
 def test_check_env_command():
@@ -42,8 +52,9 @@ def test_check_env_command():
 
 
 def test_registry_is_strict():
+    register("refund_desk", RefundDesk)  # the same factory again: a re-imported module
     with pytest.raises(ValueError, match="already registered"):
-        register("refund_desk", RefundDesk)
+        register("refund_desk", lambda **kw: RefundDesk(**kw))
     with pytest.raises(KeyError, match=r"registered: .*refund_desk"):
         make("no_such_env")
 

@@ -154,9 +154,9 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
         None,
     )
     golds = (_as_list((outcome.evidence or {}).get("golds")) if outcome else []) or ep.gold_answers
-    observed = any(  # an episode that saw no observation had no evidence to miss
+    observed = bool(ep.receipt.get("tool_schemas")) or any(  # no tools, no observation:
         s.source is Source.ENVIRONMENT for t in ep.trajectories for s in t.segments
-    )
+    )  # no evidence it could have looked for
     if golds and observed and ep.stop_reason == "answered":  # was the answer in front of it?
         if _evidence_seen(ep, golds):
             return "ignored_evidence", f"an observation held {golds[0]!r}; the answer did not{also}"
