@@ -151,14 +151,16 @@ def prepare(cfg: RunConfig) -> Prepared:
     if cfg.env.adversarial_eval_tasks:
         try:
             check_split(probe, cfg.env.name, ADVERSARIAL, "env.adversarial_eval_tasks")
-        except ConfigError as e:
-            kwargs = f" with {cfg.env.kwargs}" if cfg.env.kwargs else ""
+        except ConfigError:
+            args = ", ".join(f"{k}: {v}" for k, v in cfg.env.kwargs.items())
+            has = ", ".join(declared) if declared else "undeclared"
             raise ConfigError(
                 f"env.adversarial_eval_tasks: {cfg.env.adversarial_eval_tasks} asks for the "
-                f"{ADVERSARIAL!r} split, which environment {cfg.env.name!r}{kwargs} does not "
-                f"have ({e.message.split(': ', 1)[1]})",
-                "set env.adversarial_eval_tasks: 0 (for search: the traps exist only on "
-                "corpus: synthetic)",
+                f"{ADVERSARIAL!r} split, which environment {cfg.env.name!r}"
+                + (f" ({args})" if args else "")
+                + f" does not have; its splits: {has}",
+                "set env.adversarial_eval_tasks: 0 (search has the traps only on corpus: "
+                "synthetic)",
             ) from None
     if cfg.warm_start is not None and type(probe).check_script is Env.check_script:
         raise ConfigError(

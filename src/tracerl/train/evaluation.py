@@ -87,7 +87,7 @@ def evaluate_config(
         env = cfg.env.model_copy(update={"eval_tasks": n})
         cfg = cfg.model_copy(update={"env": env})
     if (out / "metrics.jsonl").exists():
-        raise RunExistsError(f"{out} already holds a run; pick another --out")
+        raise RunExistsError(f"{out} already holds a run", "pick another --out")
     bars = progress or QuietProgress(print)
     policy = build_policy(cfg)[2]
     out.mkdir(parents=True, exist_ok=True)

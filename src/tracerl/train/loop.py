@@ -117,7 +117,8 @@ def train(
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise RunExistsError(
-            f"{run_dir} already holds a run; continue it with --resume or pick another name"
+            f"{run_dir} already holds a run",
+            "continue it with --resume, or pick another name (name=...)",
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))

@@ -1,0 +1,180 @@
+"""Every user mistake, through the real `tracerl` command: exit status 2, one or two lines
+saying what, where and what to do, no traceback, no model loaded, and nothing written to an
+existing run directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ownpkg import write_package, write_rows
+
+BASE = {
+    "name": "existing",
+    "model": {"spec": "smollm2-135m-instruct"},  # loading it would fill the empty cache
+    "env": {"name": "search", "kwargs": {"corpus": "synthetic"}},
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-errors")
+    site = write_package(root, dist_info=False)
+    runs = root / "runs"
+    existing = runs / "existing"
+    existing.mkdir(parents=True)
+    (existing / "metrics.jsonl").write_text('{"step": 0, "phase": "train"}\n')
+    (existing / "config.yaml").write_text("name: existing\n")
+    good = site / "good.yaml"
+    good.write_text(yaml.safe_dump({**BASE, "out_dir": str(runs)}))
+    (site / "broken.yaml").write_text("name: x\ntrainer:\n  steps: [1\n")
+    (site / "typo.yaml").write_text(
+        yaml.safe_dump({**BASE, "out_dir": str(runs)}) + "trainr:\n  steps: 2\n"
+    )
+    good_row = {"id": "a", "split": "train", "value": 1.0, "from_unit": "km", "to_unit": "m"}
+    write_rows(site / "rows.jsonl", [{**good_row, "expected": 1000.0}, {**good_row, "id": "b"}])
+    return {"site": site, "runs": runs, "existing": existing}
+
+
+# (command line, what the first line must say, what the second must say: None = no hint)
+CASES = {
+    "malformed yaml": (["train", "broken.yaml"], "broken.yaml:4:1: invalid YAML", "fix the file"),
+    "unknown key in a file": (
+        ["train", "typo.yaml"],
+        "typo.yaml:LINE: unknown key 'trainr'; did you mean 'trainer'?",
+        "valid keys of the top level",
+    ),
+    "unknown key in an override": (
+        ["train", "good.yaml", "trainer.lrr=1e-5"],
+        "unknown key 'trainer.lrr'; did you mean 'trainer.lr'?",
+        "valid keys of trainer",
+    ),
+    "override with a bad type": (
+        ["train", "good.yaml", "trainer.lr=fast"],
+        "override 'trainer.lr=fast': trainer.lr: Input should be a valid number",
+        "docs/config.md",
+    ),
+    "unknown model spec": (
+        ["train", "good.yaml", "model.spec=smollm3"],
+        "model.spec: unknown model spec 'smollm3'",
+        "hf:<folder>",
+    ),
+    "unknown environment": (
+        ["train", "good.yaml", "env.name=unitconv"],
+        "env.name: unknown environment 'unitconv'; registered: arithmetic",
+        "tracerl init NAME",
+    ),
+    "unknown reward": (
+        ["train", "good.yaml", "trainer.reward=vibes"],
+        "trainer.reward: unknown reward 'vibes'",
+        "package.module:function",
+    ),
+    "a reward module that is not there": (
+        ["train", "good.yaml", "trainer.reward=mypkg.rewards:unit"],
+        "no module named 'mypkg'",
+        "pip install -e",
+    ),
+    "a split the environment lacks": (
+        ["train", "good.yaml", "env.eval_split=test"],
+        "env.eval_split: environment 'search' has no split 'test'; its splits: train, heldout",
+        "set env.eval_split",
+    ),
+    "a combination the run cannot complete": (
+        ["train", "good.yaml", "env.kwargs.corpus=wiki", "env.adversarial_eval_tasks=4"],
+        "asks for the 'adversarial' split",
+        "env.adversarial_eval_tasks: 0",
+    ),
+    "an environment argument it does not take": (
+        ["train", "good.yaml", "env.kwargs.corpuss=wiki"],
+        "env.kwargs: SearchEnv.__init__() got an unexpected keyword argument 'corpuss'",
+        "check the arguments",
+    ),
+    "a dataset row missing a field": (
+        [
+            "train",
+            "good.yaml",
+            "env.name=unitpkg.envs:UnitConv",
+            "env.kwargs={data: rows.jsonl}",
+            "trainer.reward=unitpkg.rewards:within_tolerance",
+        ],
+        "rows.jsonl:2: the row has no 'expected' field",
+        "add the field to that line of rows.jsonl",
+    ),
+    "missing config file": (["train", "nope.yaml"], "nope.yaml: no such config file", None),
+    "the run exists": (["train", "good.yaml"], "already holds a run", "--resume"),
+    "eval of a config naming an unknown env": (
+        ["eval", "good.yaml", "env.name=nope", "--out", "RUNS/existing"],
+        "unknown environment 'nope'",
+        None,
+    ),
+    "readiness of a config with a bad key": (
+        ["readiness", "good.yaml", "trainer.stepz=3"],
+        "did you mean 'trainer.steps'?",
+        None,
+    ),
+    "check-env of an unknown environment": (
+        ["check-env", "unitcon"],
+        "unknown environment 'unitcon'",
+        "package.module:Class",
+    ),
+    "check-env of a class that is not there": (
+        ["check-env", "unitpkg.envs:UnitConverter"],
+        "has no attribute 'UnitConverter'",
+        None,
+    ),
+    "show of an episode the run lacks": (["show", "RUNS/existing", "ep-1"], "ep-1", None),
+    "replay of a run that does not exist": (
+        ["replay", "RUNS/missing", "--episode", "x"],
+        "missing",
+        None,
+    ),
+    "load-model of an unknown spec": (["load-model", "gpt-5"], "unknown model spec", None),
+    "sft on a missing file": (["sft", "nope.jsonl", "--out", "m"], "nope.jsonl", None),
+}
+
+
+def _tracerl(args: list[str], cwd: Path, cache: Path, *extra: str):
+    env = {**os.environ, "TRACERL_CACHE": str(cache)}
+    env.pop("TRACERL_DEBUG", None)
+    exe = Path(sys.executable).with_name("tracerl")
+    return subprocess.run(
+        [str(exe), *extra, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(path)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(path.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mistake_is_two_lines_exit_2_and_changes_nothing(case, world, tmp_path):
+    args, first, second = CASES[case]
+    args = [a.replace("RUNS", str(world["runs"])) for a in args]
+    typo = (world["site"] / "typo.yaml").read_text().splitlines().index("trainr:") + 1
+    first = first.replace("LINE", str(typo))
+    before = _tree(world["runs"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    r = _tracerl(args, world["site"], cache)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    assert 1 <= len(lines) <= 2, r.stderr
+    assert lines[0].startswith("error: ") and first in lines[0], lines
+    if second is not None:
+        assert len(lines) == 2 and second in lines[1], lines
+    assert _tree(world["runs"]) == before  # nothing written, nothing touched
+    assert not any(cache.iterdir()), "a model or tokenizer was loaded before the error"
+
+
+def test_debug_shows_the_traceback(world, tmp_path):
+    r = _tracerl(["train", "good.yaml", "env.name=unitconv"], world["site"], tmp_path, "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr and "unknown environment" in r.stderr
