@@ -264,3 +264,38 @@ def test_a_server_the_workers_cannot_reach_is_a_start_up_error(cluster):
     with pytest.raises(RuntimeError, match=r"rollout worker 0 on .* cannot sample from "):
         rw.RayRollouts(policy, "http://127.0.0.1:9", settings=settings)
     assert ray.is_initialized()  # the cluster it did not start is left alone
+
+
+def test_workers_build_a_users_env_by_import_path(cluster, tmp_path, monkeypatch):
+    """A user's environment named by import path, found in the driver's working directory:
+    each Ray worker (another process, started before the module existed) builds it too."""
+    import sys
+
+    from tests.ownpkg import TINY_RUN, write_package
+
+    site = write_package(tmp_path, dist_info=False)
+    monkeypatch.chdir(site)
+    overrides = [
+        f"out_dir={tmp_path / 'runs'}",
+        "name=unit-ray",
+        "env.name=unitpkg.envs:UnitConv",
+        "trainer.reward=unitpkg.rewards:within_tolerance",
+        *TINY_RUN,
+        *RAY,
+    ]
+    try:
+        cfg = load_config(None, overrides)
+        train(cfg, log=lambda line: None)
+    finally:  # the driver imported it from the working directory: leave nothing behind
+        for name in [m for m in sys.modules if m == "unitpkg" or m.startswith("unitpkg.")]:
+            del sys.modules[name]
+        while str(site) in sys.path:
+            sys.path.remove(str(site))
+    written = list(read_run_trajectories(cfg.run_dir))
+    assert len(written) == 2 * 4
+    assert {t.receipt["worker"]["backend"] for _, t in written} == {"ray"}
+    assert {t.receipt["env"]["import"] for _, t in written} == {"unitpkg.envs:UnitConv"}
+    assert {c["name"] for _, t in written for c in t.reward["components"]} == {
+        "attribution",
+        "within_tolerance",
+    }
