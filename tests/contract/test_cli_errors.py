@@ -178,3 +178,20 @@ def test_a_mistake_is_two_lines_exit_2_and_changes_nothing(case, world, tmp_path
 def test_debug_shows_the_traceback(world, tmp_path):
     r = _tracerl(["train", "good.yaml", "env.name=unitconv"], world["site"], tmp_path, "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr and "unknown environment" in r.stderr
+
+
+def test_help_lists_every_command_in_whole_sentences_and_the_readme_names_them():
+    from typer.testing import CliRunner
+
+    from tracerl.cli import app
+
+    out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    rows = [line.strip("│ ").split(None, 1) for line in out.splitlines() if "│ " in line]
+    commands = {r[0]: r[1].strip(" │") for r in rows if len(r) == 2 and not r[0].startswith("-")}
+    assert {"init", "train", "eval", "review", "check-env", "replay"} <= set(commands)
+    for name, text in commands.items():  # one whole sentence, not a line cut mid-way
+        assert text.endswith((".", "?", ")")), (name, text)
+    assert "async" in commands["train"]
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for name in commands:
+        assert f"`{name}" in readme, f"README.md does not mention `tracerl {name}`"
