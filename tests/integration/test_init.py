@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 TRACERL = shutil.which("tracerl", path=str(Path(sys.executable).parent)) or "tracerl"
-FAST = [
+FAST = [  # the starter's config, cut to a smoke test
     "model.spec=tiny-random",
+    "warm_start=null",
     "trainer.steps=2",
     "trainer.group_size=2",
     "env.tasks_per_step=2",

@@ -111,3 +111,10 @@ def test_an_env_and_a_reward_by_import_path_from_the_working_directory(tmp_path)
     run = tmp_path / "runs" / "unit-path"
     assert _receipt_env(run)["import"] == "unitpkg.envs:UnitConv"
     _use_the_run(site, run, None, "within_tolerance")
+    ready = _ok(tracerl("readiness", str(config), *TINY_RUN, "--episodes", "4", "--json", cwd=site))
+    assert json.loads(ready)["config"]["env"] == "unitpkg.envs:UnitConv"
+    evaluated = tmp_path / "runs" / "unit-eval"
+    _ok(tracerl("eval", str(config), *TINY_RUN, "--out", str(evaluated), "--n", "3", cwd=site))
+    rows = [json.loads(x) for x in (evaluated / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/test/success_rate" in r for r in rows)  # the env's split, its reward
+    assert len(_episode_ids(evaluated / "eval")) == 3

@@ -120,8 +120,10 @@ def init_command(
     name: Annotated[str, typer.Argument(help="the package name, e.g. unitconv")],
     dir: Annotated[Path, typer.Option("--dir", help="folder to create the project in")] = Path("."),
 ) -> None:
-    """Start your own environment: write NAME/, a working package (a unit-conversion
-    environment with a tool, its verifier, a config and tests) to change into yours."""
+    """Start your own environment: write a working starter package NAME/.
+
+    A unit-conversion environment with a tool, its verifier, a config and tests, to change
+    into yours."""
     from tracerl.cli import _fail, console
 
     try:  # a UserError (bad name, existing folder) is printed by the command group
