@@ -41,6 +41,7 @@ class _Commands(TyperGroup):
 
 app = typer.Typer(
     cls=_Commands,
+    rich_markup_mode="markdown",  # a docstring paragraph reflows: no line cut mid-sentence
     help="tracerl: train tool-using LLM agents with RL, with rollouts you can trust.",
     no_args_is_help=True,
     add_completion=False,

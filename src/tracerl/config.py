@@ -407,9 +407,10 @@ def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
         model = _model_at(loc)
         valid = list(model.model_fields) if model else []
         typo = str(loc[-1])
-        close = difflib.get_close_matches(typo, valid, n=1, cutoff=0.6) or sorted(
-            (k for k in valid if typo.startswith(k) or k.startswith(typo)), key=len
-        )[-1:]  # a key spelled out (rank for r) or cut short
+        close = (
+            difflib.get_close_matches(typo, valid, n=1, cutoff=0.6)
+            or sorted((k for k in valid if typo.startswith(k) or k.startswith(typo)), key=len)[-1:]
+        )  # a key spelled out (rank for r) or cut short
         section = ".".join(str(p) for p in loc[:-1]) or "the top level"
         suggestion = ".".join([*(str(p) for p in loc[:-1]), close[0]]) if close else None
         return (

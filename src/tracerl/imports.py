@@ -54,8 +54,7 @@ def load_object(path: str, what: str) -> Any:
             raise UserError(
                 f"{what} {path!r}: no module named {e.name!r} (searched the working directory "
                 f"{os.getcwd()} and the installed packages)",
-                "run from the folder that holds the package, or install it "
-                "(pip install -e PATH)",
+                "run from the folder that holds the package, or install it (pip install -e PATH)",
             ) from None
         raise UserError(
             f"{what} {path!r}: importing {module_name} failed: {e}",

@@ -74,7 +74,7 @@ def resolve(name: str) -> EnvSpec:
         factory = _REGISTRY[name]
         return EnvSpec(name, factory, describe(factory))
     if is_import_path(name):
-        factory = load_object(name, f"environment {name!r}")
+        factory = load_object(name, "environment")
         _check_factory(name, factory)
         return EnvSpec(name, factory, name)
     eps = entry_points(ENTRY_POINT_GROUP)
@@ -98,8 +98,7 @@ def _check_factory(name: str, factory: Any) -> None:
     if not callable(factory) or (inspect.isclass(factory) and not issubclass(factory, Env)):
         raise UserError(
             f"environment {name!r} is {factory!r}, not an environment class or factory",
-            "point it at a subclass of tracerl.envs.Env (or ToolEnv), or a function returning "
-            "one",
+            "point it at a subclass of tracerl.envs.Env (or ToolEnv), or a function returning one",
         )
 
 
@@ -128,7 +127,7 @@ def make_from_spec(spec: dict[str, Any], **overrides: Any) -> Env:
         if not path:
             raise
         search_working_directory()
-        load_object(path, f"environment {name!r}")  # its module may register the name
+        load_object(path, f"environment {name!r} from")  # its module may register the name
         if name not in _REGISTRY:
             env = make(path, **kwargs)
             env.spec = {**env.spec, "name": name}  # type: ignore[attr-defined]

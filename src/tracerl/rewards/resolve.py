@@ -128,7 +128,8 @@ def resolve_reward(
     """The run's reward (see the module's docstring); `env` is an instance of the run's
     environment (its methods may be components; its ``document`` checks citations)."""
     lookup = getattr(env, "document", None) or (lambda _: None)
-    label = env_name or getattr(env, "name", "") or type(env).__name__
+    label = getattr(env, "name", "") or type(env).__name__  # its own component's name
+    said = env_name or label  # what the config called it, in errors
     if components and reward:
         raise UserError(
             "trainer.reward and trainer.reward_components are both set",
@@ -149,7 +150,7 @@ def resolve_reward(
         spec = _spec([ATTRIBUTION, {"name": label, "fn": method.__name__, "layer": "outcome"}], "")
         return RunReward(spec, _functions(spec, env, label), f"{label}'s own", lookup)
     raise UserError(
-        f"environment {label!r} has no reward of its own and trainer.reward is not set",
+        f"environment {said!r} has no reward of its own and trainer.reward is not set",
         HOW_TO_ADD,
     )
 
