@@ -25,3 +25,18 @@ class UserError(Exception):
 
 class NotFoundError(UserError, KeyError):
     """A name that resolves to nothing: an environment, a reward, a component."""
+
+
+def unknown(
+    what: str, name: str, valid: list[str], hint: str, listed: str = "valid"
+) -> NotFoundError:
+    """``unknown <what> 'x' (did you mean 'y'?); <listed>: a, b, c`` with `hint`."""
+    import difflib
+
+    close = difflib.get_close_matches(name, valid, n=1)
+    return NotFoundError(
+        f"unknown {what} {name!r}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; {listed}: {', '.join(valid) or 'none'}",
+        hint,
+    )

@@ -52,6 +52,13 @@ def _use_the_run(cwd: Path, run: Path, pythonpath: Path | None, component: str) 
     assert "no drift" in live
 
 
+def _write_config(folder: Path, runs: Path, name: str, env: str, reward: str) -> Path:
+    config = folder / "unit.yaml"
+    data = {"name": name, "out_dir": str(runs), "env": {"name": env}}
+    config.write_text(yaml.safe_dump({**data, "trainer": {"reward": reward}}))
+    return config
+
+
 def _receipt_env(run: Path) -> dict:
     import gzip
 
@@ -67,17 +74,7 @@ def test_an_installed_package_declares_its_env_and_reward_by_entry_point(tmp_pat
     work.mkdir()
     checked = _ok(tracerl("check-env", "unitconv", cwd=work, pythonpath=site))
     assert "splits: train, test" in checked and "FAIL" not in checked
-    config = work / "unit.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "name": "unit-ep",
-                "out_dir": str(tmp_path / "runs"),
-                "env": {"name": "unitconv"},
-                "trainer": {"reward": "unit_tolerance"},
-            }
-        )
-    )
+    config = _write_config(work, tmp_path / "runs", "unit-ep", "unitconv", "unit_tolerance")
     resolved = _ok(
         tracerl("train", str(config), *TINY_RUN, "--print-config", cwd=work, pythonpath=site)
     )
@@ -94,17 +91,8 @@ def test_an_installed_package_declares_its_env_and_reward_by_entry_point(tmp_pat
 @pytest.mark.timeout(900)
 def test_an_env_and_a_reward_by_import_path_from_the_working_directory(tmp_path):
     site = write_package(tmp_path, dist_info=False)  # not installed at all
-    config = site / "unit.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "name": "unit-path",
-                "out_dir": str(tmp_path / "runs"),
-                "env": {"name": "unitpkg.envs:UnitConv"},
-                "trainer": {"reward": "unitpkg.rewards:within_tolerance"},
-            }
-        )
-    )
+    env, reward = "unitpkg.envs:UnitConv", "unitpkg.rewards:within_tolerance"
+    config = _write_config(site, tmp_path / "runs", "unit-path", env, reward)
     checked = _ok(tracerl("check-env", "unitpkg.envs:UnitConv", cwd=site))
     assert "FAIL" not in checked
     _ok(tracerl("train", str(config), *TINY_RUN, cwd=site))

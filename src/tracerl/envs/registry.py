@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.base import Env
-from tracerl.errors import NotFoundError, UserError
+from tracerl.errors import NotFoundError, UserError, unknown
 from tracerl.imports import (
     describe,
     entry_points,
@@ -82,16 +82,7 @@ def resolve(name: str) -> EnvSpec:
         factory = load_entry_point(eps[name], "environment")
         _check_factory(name, factory)
         return EnvSpec(name, factory, eps[name].value)
-    import difflib
-
-    valid = registered()
-    close = difflib.get_close_matches(name, valid, n=1)
-    raise NotFoundError(
-        f"unknown environment {name!r}"
-        + (f" (did you mean {close[0]!r}?)" if close else "")
-        + f"; registered: {', '.join(valid) or 'none'}",
-        HOW_TO_ADD,
-    )
+    raise unknown("environment", name, registered(), HOW_TO_ADD, listed="registered")
 
 
 def _check_factory(name: str, factory: Any) -> None:

