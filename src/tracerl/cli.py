@@ -8,6 +8,7 @@ model is loaded; ``tracerl --debug COMMAND ...`` (or ``TRACERL_DEBUG=1``) shows 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,8 +22,8 @@ from tracerl.readiness.cli import readiness
 from tracerl.rollout.serve import serve_command
 from tracerl.scaffold import init_command
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(emoji=False)  # ":smile:" in a task id or a name stays as written
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 _debug = [os.environ.get("TRACERL_DEBUG", "") not in ("", "0")]
 
 
@@ -72,14 +73,17 @@ def _config(config: Path | None, overrides: list[str] | None) -> Any:
     from tracerl.config import ConfigError, load_config
     from tracerl.preflight import prepare
 
-    if config is not None and "=" in config.name:  # only overrides were given
+    if config is not None and "=" in str(config) and not config.exists():  # only overrides
         overrides, config = [str(config), *(overrides or [])], None
     cfg = load_config(config, overrides or [])
     try:
-        return prepare(cfg)
+        prepared = prepare(cfg)
     except ConfigError as e:
         where = f"{config}: " if config is not None else ""
-        raise ConfigError(where + e.message, e.hint) from None
+        raise ConfigError(where + e.message, e.hint) from e
+    for warning in prepared.warnings:
+        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+    return prepared
 
 
 @app.command()
@@ -100,7 +104,7 @@ def demo(
 
 @app.command("load-model")
 def load_model(
-    spec: Annotated[str, typer.Argument(help="smollm2-135m-instruct, tiny-random or hf:<folder>")],
+    spec: Annotated[str, typer.Argument(help="smollm2-135m-instruct, tiny-random or hf:FOLDER")],
 ) -> None:
     """Load a model spec and report where it came from and how long it took."""
     from tracerl.models import load
@@ -153,7 +157,7 @@ def show(
 
 @app.command()
 def report(
-    run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
+    run: Annotated[Path, typer.Argument(help="a run directory (runs/NAME)")],
     n: Annotated[int, typer.Option("--n", help="training episodes to triage")] = 100,
 ) -> None:
     """Write the run's dashboard (RUN/report/index.html) and print its path.
@@ -172,7 +176,7 @@ def report(
 
 @app.command()
 def triage(
-    run: Annotated[Path, typer.Argument(help="a run directory (runs/<name>)")],
+    run: Annotated[Path, typer.Argument(help="a run directory (runs/NAME)")],
     n: Annotated[int, typer.Option("--n", help="how many of the last training episodes")] = 100,
 ) -> None:
     """Split the last N training episodes by outcome, owner and kind of failure.
@@ -197,23 +201,38 @@ def triage(
 def check_env_cmd(
     name: Annotated[
         str,
-        typer.Argument(
-            help="an environment: a built-in or entry point name, or package.module:Class"
-        ),
+        typer.Argument(help="an environment: a built-in or entry point name, or module:Class"),
     ],
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(help="an argument for the environment, KEY=VALUE (repeatable)"),
+    ] = None,
     seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
 ) -> None:
     """Check an environment: versions, tool schemas, splits, determinism, dry runs, reward.
 
-    Exit 0 when every check passes, 1 when one fails."""
+    Exit 0 when every check passes, 1 when one fails, 2 when the environment cannot be
+    found or built."""
+    from tracerl.config import ConfigError, apply_overrides
     from tracerl.envs import check_env
-    from tracerl.envs.registry import resolve
+    from tracerl.envs.registry import EnvFactory
     from tracerl.models.loading import smollm2_tokenizer
     from tracerl.models.render import ChatRenderer
+    from tracerl.preflight import build_probe
 
-    resolve(name)  # an unknown name is a user error (exit 2), not a failed check
+    kwargs = apply_overrides({}, [a for a in arg or []])
+    try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
+        build_probe(name, kwargs)
+    except ConfigError as e:
+        message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
+        raise ConfigError(message, e.hint) from e
+    label = name + "".join(f" {a}" for a in arg or [])
     report = check_env(
-        name, renderer=ChatRenderer(smollm2_tokenizer()), seed=seed, raise_on_failure=False
+        EnvFactory(name, kwargs),
+        renderer=ChatRenderer(smollm2_tokenizer()),
+        seed=seed,
+        raise_on_failure=False,
+        label=label,
     )
     console.print(str(report), markup=False, highlight=False)
     if not report.ok:
@@ -289,7 +308,7 @@ def train(
     prepared = _config(config, overrides)
     cfg = prepared.cfg
     if print_config:
-        console.print(dump_config(cfg), markup=False, highlight=False, end="")
+        sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
     from tracerl.report.progress import RichProgress
 
@@ -325,12 +344,23 @@ def sft(
     from tracerl.train.sft import sft_data
 
     check_spec(model)
+    if lr <= 0 or epochs < 1:
+        raise _fail(f"--lr must be above 0 and --epochs at least 1, got {lr} and {epochs}")
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} is a file", "give a folder to save the model in")
     try:
         trajectories = sft_data(data, successful_only=not all_episodes)
     except FileNotFoundError as e:
-        raise _fail(str(e), "pass a run directory or a .jsonl(.gz) of trajectories") from None
+        raise _fail(str(e), "pass a run directory or a .jsonl(.gz) of trajectories") from e
+    except UnicodeDecodeError:
+        raise _fail(f"{data}: not a text file of trajectories (.jsonl or .jsonl.gz)") from None
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise _fail(str(e)) from e
+    if not trajectories:
+        raise _fail(
+            f"{data}: no {'' if all_episodes else 'successful '}trajectories to learn from",
+            "imitate every episode with --all, or give a run that has successes",
+        )
     bundle = load(model)
     from tracerl.report.progress import RichProgress
 
@@ -354,11 +384,15 @@ def eval_cmd(
     overrides: Annotated[
         list[str] | None, typer.Argument(help="dotted overrides: env.eval_tasks=50 ...")
     ] = None,
-    model: Annotated[str, typer.Option(help="without CONFIG: the model spec")] = (
-        "smollm2-135m-instruct"
-    ),
-    corpus: Annotated[str, typer.Option(help="without CONFIG: synthetic or wiki")] = "synthetic",
-    protocol: Annotated[str, typer.Option(help="without CONFIG: tools or search_r1")] = "tools",
+    model: Annotated[
+        str | None, typer.Option(help="without CONFIG: the model spec (smollm2-135m-instruct)")
+    ] = None,
+    corpus: Annotated[
+        str | None, typer.Option(help="without CONFIG: synthetic or wiki (synthetic)")
+    ] = None,
+    protocol: Annotated[
+        str | None, typer.Option(help="without CONFIG: tools or search_r1 (tools)")
+    ] = None,
     split: Annotated[
         list[str] | None, typer.Option(help="without CONFIG: splits to evaluate (heldout)")
     ] = None,
@@ -377,13 +411,41 @@ def eval_cmd(
 
     if n is not None and n < 1:
         raise _fail(f"--n must be at least 1, got {n}")
+    if (out / "metrics.jsonl").exists():
+        raise _fail(f"{out} already holds a run", "pick another --out")
     if config is not None or overrides:
         from tracerl.train.evaluation import evaluate_config
 
+        given = [f"--{k}" for k, v in (("model", model), ("corpus", corpus)) if v is not None]
+        given += ["--protocol"] * (protocol is not None) + ["--split"] * bool(split)
+        if given:
+            raise _fail(
+                f"{', '.join(given)} apply only without a CONFIG",
+                "set them in the config instead (model.spec=..., env.kwargs.corpus=..., "
+                "env.eval_split=...)",
+            )
         prepared = _config(config, [*(overrides or []), f"trainer.seed={seed}"])
         with RichProgress(console) as bars:
             metrics = evaluate_config(prepared, out, n=n, progress=bars)
+        written = out / "eval"
     else:
+        from tracerl.envs.search.tasks import SPLITS, splits_of
+        from tracerl.models.loading import check_spec
+
+        model, corpus = model or "smollm2-135m-instruct", corpus or "synthetic"
+        protocol = protocol or "tools"
+        check_spec(model)
+        if corpus not in ("synthetic", "wiki"):
+            raise _fail(f"--corpus {corpus!r}: the search questions exist for synthetic, wiki")
+        if protocol not in ("tools", "search_r1"):
+            raise _fail(f"--protocol {protocol!r}: valid: tools, search_r1")
+        bad = [x for x in split or [] if x not in splits_of(corpus)]
+        if bad:
+            raise _fail(
+                f"--split {bad[0]!r}: corpus {corpus} has splits {', '.join(splits_of(corpus))}",
+                f"the search splits are {', '.join(SPLITS)} (adversarial: synthetic only)",
+            )
+        written = out
         from tracerl.envs import get_parser
         from tracerl.evaluate import evaluate
         from tracerl.models import load
@@ -408,7 +470,7 @@ def eval_cmd(
     for key, value in sorted(metrics.items()):
         if value or "success" in key:
             console.print(f"{key:55s} {value:8.3f}", markup=False)
-    console.print(f"wrote {out}/metrics.jsonl and {out}/episodes/", markup=False)
+    console.print(f"wrote {out}/metrics.jsonl and {written}/episodes/", markup=False)
 
 
 @app.command()
@@ -428,7 +490,11 @@ def review(
 
     path = run / "review.sqlite"
     if not path.exists():
-        raise _fail(f"{run}: no review.sqlite (run `tracerl eval --out {run}` first)")
+        raise _fail(
+            f"{run}: no review.sqlite",
+            "the review pool is kept by `tracerl eval --out DIR` on the search questions "
+            "(without a CONFIG)",
+        )
     pool = ReviewPool(path)
     if decide is not None:
         if correct is None or not reviewer:
@@ -452,7 +518,7 @@ def review(
 
 @app.command("serve-retriever")
 def serve_retriever(
-    corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:<path>")] = "wiki",
+    corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:PATH")] = "wiki",
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
 ) -> None:

@@ -247,9 +247,10 @@ class ReportConfig(_Config):
 
 
 class RunConfig(_Config):
-    name: str = "run"
-    """The run's name: its directory is ``out_dir/name`` (an existing run there is refused
-    unless resumed); also the W&B run's name."""
+    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """The run's name (letters, digits, ``.``, ``_``, ``-``; no path): its directory is
+    ``out_dir/name`` (an existing run there is refused unless resumed); also the W&B run's
+    name."""
     out_dir: str = "runs"
     """The folder run directories are made in."""
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -334,6 +335,7 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], Any]:
     try:
         text = path.read_text()
         node = yaml.compose(text)
+        _no_duplicate_keys(node, path)
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -344,13 +346,57 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], Any]:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read it ({e})") from None
-    loaded = loaded or {}
+    if loaded is None:
+        raise ConfigError(
+            f"{path}: the file is empty (or only comments)",
+            "a config names at least a run: `name: myrun` (docs/config.md lists every key)",
+        )
     if not isinstance(loaded, dict):
         raise ConfigError(
             f"{path}: expected a mapping of keys at the top level, got {type(loaded).__name__}",
             "e.g. `name: myrun` / `env: {name: search}`",
         )
     return loaded, node
+
+
+def _no_duplicate_keys(node: Any, path: Path) -> None:
+    """YAML keeps the last of two equal keys, silently: refuse them, naming both lines."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k, v in node.value:
+            if k.value in seen:
+                raise ConfigError(
+                    f"{path}:{k.start_mark.line + 1}: key {k.value!r} again (first at line "
+                    f"{seen[k.value]}); YAML would keep only the last",
+                    "merge the two into one",
+                )
+            seen[k.value] = k.start_mark.line + 1
+            _no_duplicate_keys(v, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _no_duplicate_keys(v, path)
+
+
+def _empty_sections(data: dict[str, Any], model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """A section written with every key commented out (``trainer:``) reads as null: it means
+    the section's defaults, not "no section" (except for optional sections, where null is
+    the way to turn one off, e.g. ``warm_start: null``)."""
+    import typing
+
+    model = model or RunConfig
+    out = dict(data)
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            continue
+        ann = field.annotation
+        optional = type(None) in typing.get_args(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if value is None and not optional:
+                out[key] = {}
+            elif isinstance(value, dict):
+                out[key] = _empty_sections(value, ann)
+    return out
 
 
 def _line(node: Any, loc: tuple[Any, ...]) -> int | None:
@@ -440,7 +486,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         path = Path(path)
         data, node = _read_yaml(path)
     overrides = list(overrides or [])
-    data = apply_overrides(data, overrides)
+    data = _empty_sections(apply_overrides(data, overrides))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:

@@ -72,6 +72,7 @@ def json_objects(
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, object)`` per non-blank line; a line that is not a JSON object raises a
     `TrajectoryError` (a ValueError) naming ``file:line`` (plus `hint`)."""
+    first = True
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -79,9 +80,15 @@ def json_objects(
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
+            if first:  # not a torn write: the file is not JSON lines at all
+                raise TrajectoryError(
+                    f"{where}: not valid JSON ({e.msg} at column {e.colno}): {path} is not "
+                    "a JSON-lines file"
+                ) from None
             raise TrajectoryError(
                 f"{where}: not valid JSON ({e.msg} at column {e.colno}){hint}"
             ) from None
+        first = False
         if not isinstance(obj, dict):
             raise TrajectoryError(f"{where}: expected a JSON object per line")
         yield where, obj

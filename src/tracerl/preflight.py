@@ -14,14 +14,14 @@ baseline evaluation, and nothing is written to the run directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.config import ConfigError, RunConfig
 from tracerl.envs.base import Env
 from tracerl.envs.registry import EnvSpec, resolve
 from tracerl.errors import UserError
-from tracerl.rewards.resolve import RunReward, resolve_reward
+from tracerl.rewards.resolve import RunReward, check_functions, resolve_reward
 
 ADVERSARIAL = "adversarial"
 EVAL_PREFERENCE = ("heldout", "test", "validation", "eval", "dev")
@@ -37,11 +37,14 @@ class Prepared:
     probe: Env
     """An instance of the environment (task sampling, citation lookups)."""
     reward: RunReward
+    warnings: list[str] = field(default_factory=list)
+    """What the run can do but probably should not (printed before it starts)."""
 
 
 def _fail(key: str, e: Exception, hint: str | None = None) -> ConfigError:
     message = getattr(e, "message", None) or str(e.args[0] if e.args else e)
-    return ConfigError(f"{key}: {message}", hint or getattr(e, "hint", None))
+    where = "" if message.startswith(f"{key}:") else f"{key}: "
+    return ConfigError(where + message, hint or getattr(e, "hint", None))
 
 
 def check_model(spec: str) -> None:
@@ -50,7 +53,7 @@ def check_model(spec: str) -> None:
     try:
         check_spec(spec)
     except UserError as e:
-        raise _fail("model.spec", e) from None
+        raise _fail("model.spec", e) from e
 
 
 def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
@@ -60,17 +63,34 @@ def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
     try:
         spec = resolve(name)
     except UserError as e:
-        raise _fail("env.name", e) from None
+        raise _fail("env.name", e) from e
+    key = "env.kwargs" if kwargs else "env.name"
     try:
         probe = make(name, **kwargs)
     except UserError as e:
-        raise _fail("env.kwargs", e) from None
+        raise _fail(key, e) from e
     except TypeError as e:  # an argument the factory does not take
-        raise _fail("env.kwargs", e, f"check the arguments {_signature(spec)} takes") from None
+        raise _fail(key, e, f"check the arguments {_signature(spec)} takes") from e
     except (ValueError, KeyError, FileNotFoundError) as e:
-        raise _fail(
-            "env.kwargs", e, f"check the arguments given to {name!r} ({kwargs or 'none'})"
-        ) from None
+        hint = (
+            f"check the arguments given to {name!r} ({kwargs})"
+            if kwargs
+            else "fix the environment, or give it its arguments (env.kwargs)"
+        )
+        raise _fail(key, e, hint) from e
+    except Exception as e:  # the environment's own code failed while being built
+        raise ConfigError(
+            f"env.name: building environment {name!r} raised {type(e).__name__}: {e}",
+            "fix the environment's __init__ (tracerl --debug ... shows the traceback)",
+        ) from e
+    splits = getattr(probe, "splits", None)
+    if splits is not None and (
+        isinstance(splits, str) or not all(isinstance(x, str) for x in splits)
+    ):
+        raise ConfigError(
+            f"env.name: environment {name!r} declares splits = {splits!r}",
+            'splits is a tuple of names, e.g. ("train", "test") — ("train",) for one',
+        )
     return spec, probe
 
 
@@ -120,7 +140,7 @@ def check_split(probe: Env, name: str, split: str, key: str) -> None:
             f"{key}: environment {name!r} could not sample split {split!r}: "
             f"{type(e).__name__}: {e}",
             f"set {key} to a split it has (declare them as `splits` on the environment)",
-        ) from None
+        ) from e
     if not tasks:
         raise ConfigError(f"{key}: environment {name!r} has no tasks in split {split!r}")
 
@@ -154,13 +174,13 @@ def prepare(cfg: RunConfig) -> Prepared:
         except ConfigError:
             args = ", ".join(f"{k}: {v}" for k, v in cfg.env.kwargs.items())
             has = ", ".join(declared) if declared else "undeclared"
+            search = " (search has the traps only on corpus: synthetic)"
             raise ConfigError(
                 f"env.adversarial_eval_tasks: {cfg.env.adversarial_eval_tasks} asks for the "
                 f"{ADVERSARIAL!r} split, which environment {cfg.env.name!r}"
                 + (f" ({args})" if args else "")
                 + f" does not have; its splits: {has}",
-                "set env.adversarial_eval_tasks: 0 (search has the traps only on corpus: "
-                "synthetic)",
+                "set env.adversarial_eval_tasks: 0" + (search if cfg.env.name == "search" else ""),
             ) from None
     if cfg.warm_start is not None and type(probe).check_script is Env.check_script:
         raise ConfigError(
@@ -181,6 +201,20 @@ def prepare(cfg: RunConfig) -> Prepared:
         )
     except UserError as e:
         key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
-        raise _fail(key, e) from None
+        raise _fail(key, e) from e
+    key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
+    task = probe.sample_tasks(1, seed=cfg.trainer.seed, split=env_cfg.train_split)[0]
+    problem = check_functions(reward, task)
+    if problem:
+        raise ConfigError(
+            f"{key}: {problem}",
+            "rename the parameter to one tracerl passes, or give it a default",
+        )
+    warnings = []
+    if env_cfg.eval_split == env_cfg.train_split and len(declared or ()) > 1:
+        warnings.append(
+            f"env.eval_split is the training split ({env_cfg.train_split!r}): evaluations "
+            "measure tasks the policy trains on, not held-out success"
+        )
     cfg = cfg.model_copy(update={"env": env_cfg})
-    return Prepared(cfg, spec, probe, reward)
+    return Prepared(cfg, spec, probe, reward, warnings)

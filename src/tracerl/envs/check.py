@@ -60,10 +60,13 @@ def check_env(
     renderer: Any = None,
     seed: int = 0,
     raise_on_failure: bool = True,
+    label: str | None = None,
 ) -> CheckReport:
-    """Check an environment (a registered name or a zero-argument factory)."""
+    """Check an environment (a name `make` resolves, or a zero-argument factory)."""
     factory = (lambda: make(env)) if isinstance(env, str) else env
-    report = CheckReport(env if isinstance(env, str) else getattr(env, "__name__", "env"))
+    report = CheckReport(
+        label or (env if isinstance(env, str) else getattr(env, "__name__", "env"))
+    )
     checks = [
         _versions,
         _schemas,

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracerl.report.run import EpisodeRecord, eval_history
-from tracerl.report.triage import BUCKETS, Triage, classify
+from tracerl.report.triage import BUCKETS, Triage, classify, describe
 from tracerl.report.viewer import action_text, observation_text
 from tracerl.types import Source, Trajectory
 
@@ -110,6 +110,9 @@ def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
                 *([state] if any(states) else []),
             )
         console.print(rt)
+        for c in comps:  # what each verifier saw and decided on (the HTML page has it all)
+            if c.evidence and not c.gated:
+                console.print(Text(f"  {describe(c, pairs=6, width=60)}"), soft_wrap=True)
     st = Table(title="steps")
     for col in ("step", "action", "observation", "latency ms", "evidence gain"):
         st.add_column(col, overflow="fold")

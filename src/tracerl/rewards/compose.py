@@ -18,13 +18,14 @@ evaluator, undecided, and ineligible for the gradient. It never scores 0 silentl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tracerl.types import Attribution, Layer, RewardBreakdown, RewardComponent, Trajectory
 
@@ -120,12 +121,12 @@ class ComponentSpec(BaseModel):
     success), ``constraint`` (format, permissions, budget; below 1 counts as a violation),
     ``process``, ``cost`` or ``attribution`` (labels). The layer shapes reports and success,
     not the total."""
-    weight: float = 1.0
+    weight: float = Field(1.0, allow_inf_nan=False)
     """The component adds value x weight to the total reward (0: scored and reported, or a
     gate, but worth nothing)."""
-    gate: float | None = None
+    gate: float | None = Field(None, allow_inf_nan=False)
     """If set: later components are scored only if this value is at least the gate."""
-    cap: float | None = Field(None, ge=0)
+    cap: float | None = Field(None, ge=0, allow_inf_nan=False)
     """Bound on |value x weight|."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the function: ``fn(ctx, **params)``."""
@@ -134,7 +135,20 @@ class ComponentSpec(BaseModel):
 class RewardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    components: list[ComponentSpec]
+    components: list[ComponentSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names_and_an_outcome(self) -> RewardSpec:
+        names = [c.name for c in self.components]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"component names must differ (reward/<name> metrics): {twice}")
+        if not any(c.layer is Layer.OUTCOME for c in self.components):
+            raise ValueError(
+                "no component has layer: outcome; mark the one that says the task was done "
+                "(success is its value reaching 1.0)"
+            )
+        return self
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> RewardSpec:
@@ -165,6 +179,10 @@ def compose(
             continue
         try:
             score = functions[c.fn](ctx, **c.params)
+            if not isinstance(score, Score):
+                raise TypeError(f"returned {type(score).__name__}, not a Score")
+            if not math.isfinite(score.value):
+                raise ValueError(f"scored {score.value} (not a finite number)")
         except Exception as e:  # the evaluator's fault, never the policy's
             error = f"{c.name}: {type(e).__name__}: {e}"
             failed = RewardComponent(

@@ -185,7 +185,7 @@ def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunRewar
         return RunReward(spec, {**COMPONENTS, name: adapt(obj, name)}, where, lookup)
     else:
         raise UserError(
-            f"{where}: that is a {type(obj).__name__}, not a reward",
+            f"{name}: that is a {type(obj).__name__}, not a reward",
             "point it at a function (ctx or named arguments -> number or Score), or at a "
             "layered spec (YAML text or a list of components)",
         )
@@ -195,7 +195,15 @@ def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunRewar
 def _spec(source: Any, where: str) -> RewardSpec:
     if isinstance(source, RewardSpec):
         return source
-    data = yaml.safe_load(source) if isinstance(source, str) else source
+    try:
+        data = yaml.safe_load(source) if isinstance(source, str) else source
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1} of the text)" if mark is not None else ""
+        raise UserError(
+            f"{where}: invalid YAML{at}: {getattr(e, 'problem', None) or e}",
+            "write the components as YAML text or a list of dicts",
+        ) from None
     if isinstance(data, list):
         data = {"components": data}
     try:
@@ -240,8 +248,17 @@ def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]
 def adapt(fn: Callable[..., Any], path: str) -> ComponentFn:
     """A user's function as a component ``fn(ctx, **params) -> Score``: its arguments filled
     by name, its return value read as a score (see the module's docstring)."""
-    if not callable(fn):
-        raise UserError(f"reward {path!r} is a {type(fn).__name__}, not a function")
+    if inspect.isclass(fn) or not callable(fn):
+        what = "a class" if inspect.isclass(fn) else f"a {type(fn).__name__}"
+        raise UserError(
+            f"reward {path!r} is {what}, not a function",
+            "point it at a function (ctx or named arguments -> number or Score)",
+        )
+    if inspect.iscoroutinefunction(fn):
+        raise UserError(
+            f"reward {path!r} is an async function; rewards are called synchronously",
+            "make it a plain def (do slow checks in the environment, or cache them)",
+        )
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -275,8 +292,47 @@ def adapt(fn: Callable[..., Any], path: str) -> ComponentFn:
             args.update({k: v for k, v in available.items() if k not in args})
         return as_score(fn(**args), path)
 
+    def check(task: dict[str, Any], params: dict[str, Any]) -> str | None:
+        """Why this function cannot be called for `task` with `params` (None: it can)."""
+        available = {*PASSED, *task, *params}
+        missing = [
+            p.name
+            for p in named[1 if takes_ctx else 0 :]
+            if p.default is kinds.empty and p.name not in available
+        ]
+        if missing:
+            return (
+                f"{path}: cannot pass parameter(s) {', '.join(map(repr, missing))}: tracerl "
+                f"passes {', '.join(PASSED)}, the component's params and the task's fields "
+                f"({', '.join(task) or 'none'})"
+            )
+        unknown_params = [k for k in params if not var_kw and k not in {p.name for p in named}]
+        if unknown_params:
+            return f"{path}: takes no parameter(s) {', '.join(map(repr, unknown_params))}"
+        return None
+
     component.__name__ = getattr(fn, "__name__", "component")
+    component.check = check  # type: ignore[attr-defined]
     return component
+
+
+def check_functions(reward: RunReward, task: dict[str, Any]) -> str | None:
+    """Why a component of `reward` cannot be called on `task` (None: each can): a user's
+    function that asks for what tracerl cannot pass, or params a function does not take."""
+    for c in reward.spec.components:
+        fn = reward.functions[c.fn]
+        check = getattr(fn, "check", None)
+        if check is not None:
+            problem = check(task, c.params)
+        else:  # a registered component: fn(ctx, **params)
+            params = inspect.signature(fn).parameters
+            takes = {n for n in list(params)[1:]}
+            var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            bad = [k for k in c.params if k not in takes and not var_kw]
+            problem = f"{c.fn} takes no parameter(s) {', '.join(map(repr, bad))}" if bad else None
+        if problem:
+            return f"component {c.name!r}: {problem}"
+    return None
 
 
 def _passed(ctx: RewardContext) -> dict[str, Any]:
@@ -308,7 +364,7 @@ def as_score(value: Any, path: str) -> Score:
 
 
 def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool | int | float) and not math.isnan(float(value)):
+    if isinstance(value, bool | int | float) and math.isfinite(float(value)):
         return float(value)
     raise TypeError(
         f"{path} returned {value!r} ({type(value).__name__}); return a number, a Score, "

@@ -49,6 +49,7 @@ from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
 from tracerl.train.metrics import citation_metrics
+from tracerl.train.resume import check_resumable
 from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
@@ -114,6 +115,8 @@ def train(
     prepared = prepared or prepare(cfg)  # refuses what the run cannot complete, before writing
     cfg, probe, reward = prepared.cfg, prepared.probe, prepared.reward
     run_dir = cfg.run_dir
+    if resume:
+        check_resumable(run_dir, cfg.model_dump(mode="json"))
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise RunExistsError(
@@ -247,6 +250,13 @@ def _train(
             f"step {step}: reward {m['train/reward_mean']:.3f}, "
             f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
         )
+        evaluator = m.get("attribution/episodes_evaluator", 0.0)
+        if evaluator >= 0.5:  # a broken verifier must not pass for a policy that learns nothing
+            log(
+                f"warning: step {step}: {evaluator:.0%} of the episodes are the evaluator's "
+                "(the reward crashed or could not decide; they never train the policy): "
+                f"`tracerl triage {run_dir}` says why"
+            )
         bars.step_done()
         if (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1 or stop.requested:
             save_checkpoint(

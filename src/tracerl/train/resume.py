@@ -1,0 +1,64 @@
+"""What `--resume` may change: how the run executes and reports, never what it learns.
+
+A resumed run continues the same experiment. Its receipts, checkpoints and curves were made
+under the config in ``RUN/config.yaml``; resuming with another environment, reward, model or
+learning rate would mix two experiments under one name. So a resume is refused (with the
+keys that differ) unless only these change: more or fewer steps, evaluation and checkpoint
+cadence, compilation and memory settings, where rollouts run, and the metric sinks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tracerl.errors import UserError
+
+MAY_CHANGE = (
+    "trainer.steps",
+    "trainer.eval_every",
+    "trainer.checkpoint_every",
+    "trainer.compile",
+    "trainer.gradient_checkpointing",
+    "trainer.micro_batch_tokens",
+    "trainer.rollout",
+    "model.max_batch_size",
+    "model.device",
+    "report",
+)
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def check_resumable(run_dir: Path, config: dict[str, Any]) -> None:
+    """Refuse to resume a run that is not there, or with a config that changes what it
+    learns (`config`: the new config as JSON)."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        raise UserError(
+            f"{run_dir}: no run to resume (no config.yaml there)",
+            "start it without --resume",
+        )
+    before, after = _flat(yaml.safe_load(path.read_text()) or {}), _flat(config)
+    changed = [
+        k
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k) and not k.startswith(MAY_CHANGE)
+    ]
+    if changed:
+        shown = ", ".join(f"{k} ({before.get(k)!r} -> {after.get(k)!r})" for k in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise UserError(
+            f"{run_dir} was started with another config: {shown}{more}",
+            f"resume with its own ({path}), changing only how it runs (trainer.steps, "
+            "eval_every, checkpoint_every, trainer.rollout, report), or start a new run",
+        )
