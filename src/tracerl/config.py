@@ -66,11 +66,13 @@ class EnvConfig(_Config):
     """Training tasks drawn per RL step; each is played `trainer.group_size` times, so a step
     trains on ``tasks_per_step x group_size`` episodes."""
     train_split: str | None = None
-    """The split training tasks come from; None: the environment's first declared split
-    (``train`` when it declares none)."""
+    """The split training tasks come from; None: ``train`` if the environment declares it,
+    else its first declared split (``train`` when it declares none)."""
     eval_split: str | None = None
-    """The held-out split evaluations use; None: the environment's first declared split other
-    than the training split and ``adversarial`` (``heldout`` when it declares none)."""
+    """The held-out split evaluations use; None: the first of heldout, test, validation, eval,
+    dev the environment declares, else its first split other than the training split and
+    ``adversarial`` (``heldout`` when it declares none). Naming the training split is allowed
+    with a warning: evaluations then measure trained-on tasks."""
     eval_tasks: int = Field(20, ge=1)
     """Tasks of `eval_split` each evaluation plays, one episode each: the same tasks every
     time (drawn from `trainer.seed`), so evaluations compare."""

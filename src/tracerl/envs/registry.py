@@ -88,7 +88,7 @@ def resolve(name: str) -> EnvSpec:
 def _check_factory(name: str, factory: Any) -> None:
     if not callable(factory) or (inspect.isclass(factory) and not issubclass(factory, Env)):
         raise UserError(
-            f"environment {name!r} is {factory!r}, not an environment class or factory",
+            f"environment {name!r} is {repr(factory)[:60]}, not an environment class or factory",
             "point it at a subclass of tracerl.envs.Env (or ToolEnv), or a function returning one",
         )
 

@@ -100,6 +100,8 @@ def init_project(name: str, parent: Path) -> Path:
             f"{target} already exists; tracerl init never overwrites: choose another NAME, "
             "another --dir, or remove it"
         )
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"--dir {parent} is a file, not a folder", "give a folder (or a new one)")
     parent.mkdir(parents=True, exist_ok=True)
     templates = resources.files(__name__) / "template"
     staging = parent / f".{name}.init-{secrets.token_hex(4)}"
