@@ -95,6 +95,11 @@ def within_tolerance(completion: str, expected: float, tolerance: float = 0.01):
         return 0.0, {"answer": completion[:40], "expected": expected, "why": "not a number"}
     ok = abs(got - expected) <= tolerance * abs(expected)
     return float(ok), {"answer": got, "expected": expected}
+
+
+def needs_gold(completion: str, gold: str) -> float:
+    """Asks for a field the tasks do not have."""
+    return float(completion == gold)
 '''
 
 ENTRY_POINTS = """

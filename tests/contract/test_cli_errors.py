@@ -33,6 +33,8 @@ def world(tmp_path_factory):
     good = site / "good.yaml"
     good.write_text(yaml.safe_dump({**BASE, "out_dir": str(runs)}))
     (site / "broken.yaml").write_text("name: x\ntrainer:\n  steps: [1\n")
+    (site / "twice.yaml").write_text("name: x\ntrainer: {steps: 1}\ntrainer: {lr: 0.1}\n")
+    (site / "empty.yaml").write_text("# nothing yet\n")
     (site / "typo.yaml").write_text(
         yaml.safe_dump({**BASE, "out_dir": str(runs)}) + "trainr:\n  steps: 2\n"
     )
@@ -106,9 +108,67 @@ CASES = {
         "add the field to that line of rows.jsonl",
     ),
     "missing config file": (["train", "nope.yaml"], "nope.yaml: no such config file", None),
+    "a key twice": (
+        ["train", "twice.yaml"],
+        "twice.yaml:3: key 'trainer' again (first at line 2)",
+        "merge the two",
+    ),
+    "an empty config": (["train", "empty.yaml"], "empty.yaml: the file is empty", "name: myrun"),
+    "a run name that is a path": (["train", "good.yaml", "name=../elsewhere"], "name:", None),
+    "a reward asking for what no task has": (
+        [
+            "train",
+            "good.yaml",
+            "env.name=unitpkg.envs:UnitConv",
+            "env.kwargs={}",
+            "trainer.reward=unitpkg.rewards:needs_gold",
+        ],
+        "cannot pass parameter(s) 'gold'",
+        "give it a default",
+    ),
+    "resuming a run that is not there": (
+        ["train", "good.yaml", "name=never-started", "--resume"],
+        "no run to resume",
+        "without --resume",
+    ),
+    "resuming with another config": (
+        ["train", "good.yaml", "--resume"],
+        "was started with another config",
+        "changing only how it runs",
+    ),
+    "eval with a corpus that has no questions": (
+        ["eval", "--corpus", "wikx", "--out", "RUNS/new-eval"],
+        "--corpus 'wikx'",
+        None,
+    ),
+    "eval of a config given a search-only option": (
+        ["eval", "good.yaml", "--model", "tiny-random", "--out", "RUNS/new-eval"],
+        "--model apply only without a CONFIG",
+        "model.spec=",
+    ),
+    "check-env with an argument the env does not take": (
+        ["check-env", "unitpkg.envs:UnitConv", "--arg", "foo=1"],
+        "--arg: UnitConv.__init__() got an unexpected keyword argument 'foo'",
+        "(data, side_effect_guard)",
+    ),
+    "check-env of an env whose data file is bad": (
+        ["check-env", "unitpkg.envs:UnitConv", "--arg", "data=rows.jsonl"],
+        "rows.jsonl:2: the row has no 'expected' field",
+        None,
+    ),
+    "show of a file that holds no trajectories": (
+        ["show", "good.yaml"],
+        "is not a JSON-lines file",
+        None,
+    ),
+    "sft with a learning rate below zero": (
+        ["sft", "RUNS/existing", "--out", "m", "--lr", "-1"],
+        "--lr must be above 0",
+        None,
+    ),
     "the run exists": (["train", "good.yaml"], "already holds a run", "--resume"),
     "eval of a config naming an unknown env": (
-        ["eval", "good.yaml", "env.name=nope", "--out", "RUNS/existing"],
+        ["eval", "good.yaml", "env.name=nope", "--out", "RUNS/new-eval"],
         "unknown environment 'nope'",
         None,
     ),

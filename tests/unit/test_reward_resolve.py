@@ -139,3 +139,55 @@ def test_split_defaults_come_from_the_environment():
     assert default_splits(("train", "heldout", "adversarial")) == ("train", "heldout")
     assert default_splits(("dev", "train", "validation")) == ("train", "validation")
     assert default_splits(None) == ("train", "heldout")
+
+
+def test_values_that_are_not_finite_are_the_evaluators_never_a_reward():
+    import math
+
+    with pytest.raises(TypeError, match="return a number"):
+        as_score(math.inf, "f")
+
+    class Infinite(Own):
+        def reward(self, ctx):
+            return Score(math.inf)
+
+    b = _score(resolve_reward(None, None, Infinite()), "1200")
+    assert b.attribution is Attribution.EVALUATOR and "not a finite number" in b.error
+
+
+@pytest.mark.parametrize(
+    ("components", "message"),
+    [
+        ([{"name": "a", "fn": "reward", "layer": "outcome", "weight": float("nan")}], "finite"),
+        (
+            [
+                {"name": "a", "fn": "reward", "layer": "outcome"},
+                {"name": "a", "fn": "reward", "layer": "process"},
+            ],
+            "component names must differ",
+        ),
+        ([{"name": "a", "fn": "reward", "layer": "process"}], "no component has layer: outcome"),
+        ("- {name: a, fn: reward, layer: [outcome", "invalid YAML"),
+    ],
+)
+def test_a_layered_spec_that_cannot_score_is_refused(components, message):
+    with pytest.raises(UserError, match=message):
+        resolve_reward(None, components, Own())
+
+
+def test_functions_that_cannot_be_called_as_rewards_are_refused_when_resolved():
+    from tracerl.rewards.resolve import check_functions
+
+    async def later(completion):
+        return 1.0
+
+    with pytest.raises(UserError, match="async function"):
+        adapt(later, "later")
+    with pytest.raises(UserError, match="is a class"):
+        adapt(Own, "Own")
+    spec = [
+        {"name": "close", "fn": "reward", "layer": "outcome"},
+        {"name": "cost", "fn": "search_cost", "layer": "cost", "params": {"per_serch": 0.1}},
+    ]
+    problem = check_functions(resolve_reward(None, spec, Own()), {"id": "t", "expected": 1.0})
+    assert problem == "component 'cost': search_cost takes no parameter(s) 'per_serch'"
