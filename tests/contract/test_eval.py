@@ -25,8 +25,10 @@ def test_eval_writes_metrics_per_split_and_rewards_per_episode(tmp_path):
     trajs = [t for _, t in read_run_trajectories(out)]
     assert len({t.episode_id for t in trajs}) == 6
     assert all(t.reward and "components" in t.reward for t in trajs)
-    bad = CliRunner().invoke(app, ["eval", "--model", "nope", "--out", str(out)])
+    bad = CliRunner().invoke(app, ["eval", "--model", "nope", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "unknown model spec" in bad.output
+    again = CliRunner().invoke(app, args)  # never written into a run that exists
+    assert again.exit_code == 2 and "already holds a run" in again.output
 
 
 def test_a_crashing_reward_is_counted_not_fatal(tiny, tmp_path):
