@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 
 import tracerl
 from tracerl.errors import UserError
+from tracerl.eval_cli import eval_command
 from tracerl.readiness.cli import readiness
 from tracerl.rollout.serve import serve_command
 from tracerl.scaffold import init_command
@@ -70,7 +71,8 @@ def _fail(message: str, hint: str | None = None) -> typer.Exit:
 def _config(config: Path | None, overrides: list[str] | None) -> Any:
     """A checked run config (`tracerl.preflight`) from a YAML file and dotted overrides (or
     overrides alone): environment, splits, reward and model spec resolved, nothing loaded."""
-    from tracerl.config import ConfigError, load_config
+    from tracerl.config import ConfigError
+    from tracerl.config_loading import load_config
     from tracerl.preflight import prepare
 
     if config is not None and "=" in str(config) and not config.exists():  # only overrides
@@ -131,24 +133,20 @@ def show(
     An episode: its facts, reward breakdown, steps, and tokens coloured by author."""
     from tracerl.jsonl import read_trajectories
     from tracerl.report.terminal import print_episode, print_trajectory
-    from tracerl.types import TrajectoryError
 
-    if path.is_dir():
-        from tracerl.report.run import RunDirError, check_run_dir, find_episode
+    if path.is_dir():  # a RunDirError or TrajectoryError is a UserError: two lines, exit 2
+        from tracerl.report.run import check_run_dir, find_episode
 
         if episode is None:
             raise _fail(
                 f"{path} is a run directory: name an episode, e.g. `tracerl show {path} <id>` "
                 f"(ids are listed by `tracerl triage {path}`)"
             )
-        try:
-            print_episode(find_episode(check_run_dir(path), episode), console)
-        except (RunDirError, TrajectoryError) as e:
-            raise _fail(str(e)) from None
+        print_episode(find_episode(check_run_dir(path), episode), console)
         return
     try:
         trajs = read_trajectories(path)
-    except (FileNotFoundError, TrajectoryError) as e:
+    except FileNotFoundError as e:
         raise _fail(str(e)) from None
     if not 0 <= index < len(trajs):
         raise _fail(f"{path} holds {len(trajs)} trajectories; index {index} is out of range")
@@ -164,13 +162,8 @@ def report(
 
     Self-contained and offline, with a page for each episode it links."""
     from tracerl.report.html import write_report
-    from tracerl.report.run import RunDirError
-    from tracerl.types import TrajectoryError
 
-    try:
-        index = write_report(run, n_triage=n)
-    except (RunDirError, TrajectoryError) as e:
-        raise _fail(str(e)) from None
+    index = write_report(run, n_triage=n)
     console.print(f"report: {index}", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -183,17 +176,13 @@ def triage(
 
     Buckets: succeeded, policy failures by kind, environment failures, evaluator failures
     or undecidable; each kind with example episode ids for `tracerl show RUN ID`."""
-    from tracerl.report.run import RunDirError, check_run_dir, iter_episodes
+    from tracerl.report.run import check_run_dir, iter_episodes
     from tracerl.report.terminal import print_triage
     from tracerl.report.triage import triage as run_triage
-    from tracerl.types import TrajectoryError
 
     if n < 1:
         raise _fail(f"--n must be at least 1, got {n}")
-    try:
-        result = run_triage(list(iter_episodes(check_run_dir(run))), n)
-    except (RunDirError, TrajectoryError) as e:
-        raise _fail(str(e)) from None
+    result = run_triage(list(iter_episodes(check_run_dir(run))), n)
     print_triage(result, console, run=run)
 
 
@@ -213,14 +202,15 @@ def check_env_cmd(
 
     Exit 0 when every check passes, 1 when one fails, 2 when the environment cannot be
     found or built."""
-    from tracerl.config import ConfigError, apply_overrides
+    from tracerl.config import ConfigError
+    from tracerl.config_loading import apply_overrides
     from tracerl.envs import check_env
     from tracerl.envs.registry import EnvFactory
     from tracerl.models.loading import smollm2_tokenizer
     from tracerl.models.render import ChatRenderer
     from tracerl.preflight import build_probe
 
-    kwargs = apply_overrides({}, [a for a in arg or []])
+    kwargs = apply_overrides({}, list(arg or []))
     try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
         build_probe(name, kwargs)
     except ConfigError as e:
@@ -376,103 +366,6 @@ def sft(
     )
 
 
-@app.command("eval")
-def eval_cmd(
-    config: Annotated[
-        Path | None, typer.Argument(help="a YAML config: evaluate its model on its environment")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Argument(help="dotted overrides: env.eval_tasks=50 ...")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="without CONFIG: the model spec (smollm2-135m-instruct)")
-    ] = None,
-    corpus: Annotated[
-        str | None, typer.Option(help="without CONFIG: synthetic or wiki (synthetic)")
-    ] = None,
-    protocol: Annotated[
-        str | None, typer.Option(help="without CONFIG: tools or search_r1 (tools)")
-    ] = None,
-    split: Annotated[
-        list[str] | None, typer.Option(help="without CONFIG: splits to evaluate (heldout)")
-    ] = None,
-    n: Annotated[
-        int | None, typer.Option(help="tasks per split (default: 20, or the config's)")
-    ] = (None),
-    out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/eval"),
-    seed: Annotated[int, typer.Option(help="task sample and sampling seed")] = 0,
-) -> None:
-    """Evaluate a model on held-out tasks; write episodes and per-split metrics.
-
-    With CONFIG: its model on its environment's eval split (and adversarial split, if set),
-    scored by its reward, into --out (a run directory `show`, `triage` and `report` read).
-    Without: a model on held-out search questions (--corpus, --protocol, --split)."""
-    from tracerl.report.progress import RichProgress
-
-    if n is not None and n < 1:
-        raise _fail(f"--n must be at least 1, got {n}")
-    if (out / "metrics.jsonl").exists():
-        raise _fail(f"{out} already holds a run", "pick another --out")
-    if config is not None or overrides:
-        from tracerl.train.evaluation import evaluate_config
-
-        given = [f"--{k}" for k, v in (("model", model), ("corpus", corpus)) if v is not None]
-        given += ["--protocol"] * (protocol is not None) + ["--split"] * bool(split)
-        if given:
-            raise _fail(
-                f"{', '.join(given)} apply only without a CONFIG",
-                "set them in the config instead (model.spec=..., env.kwargs.corpus=..., "
-                "env.eval_split=...)",
-            )
-        prepared = _config(config, [*(overrides or []), f"trainer.seed={seed}"])
-        with RichProgress(console) as bars:
-            metrics = evaluate_config(prepared, out, n=n, progress=bars)
-        written = out / "eval"
-    else:
-        from tracerl.envs.search.tasks import SPLITS, splits_of
-        from tracerl.models.loading import check_spec
-
-        model, corpus = model or "smollm2-135m-instruct", corpus or "synthetic"
-        protocol = protocol or "tools"
-        check_spec(model)
-        if corpus not in ("synthetic", "wiki"):
-            raise _fail(f"--corpus {corpus!r}: the search questions exist for synthetic, wiki")
-        if protocol not in ("tools", "search_r1"):
-            raise _fail(f"--protocol {protocol!r}: valid: tools, search_r1")
-        bad = [x for x in split or [] if x not in splits_of(corpus)]
-        if bad:
-            raise _fail(
-                f"--split {bad[0]!r}: corpus {corpus} has splits {', '.join(splits_of(corpus))}",
-                f"the search splits are {', '.join(SPLITS)} (adversarial: synthetic only)",
-            )
-        written = out
-        from tracerl.envs import get_parser
-        from tracerl.evaluate import evaluate
-        from tracerl.models import load
-        from tracerl.rollout import BatchedHFSampler
-        from tracerl.rollout.runner import Policy
-
-        bundle = load(model)
-        sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
-        parser = get_parser("search_r1") if protocol == "search_r1" else None
-        policy = Policy.from_bundle(bundle, sampler, parser)
-        with RichProgress(console) as bars:
-            metrics = evaluate(
-                policy,
-                corpus=corpus,
-                protocol=protocol,
-                splits=tuple(split or ["heldout"]),
-                n=n or 20,
-                out_dir=out,
-                seed=seed,
-                progress=bars,
-            )
-    for key, value in sorted(metrics.items()):
-        if value or "success" in key:
-            console.print(f"{key:55s} {value:8.3f}", markup=False)
-    console.print(f"wrote {out}/metrics.jsonl and {written}/episodes/", markup=False)
-
-
 @app.command()
 def review(
     run: Annotated[Path, typer.Argument(help="an evaluated run directory")],
@@ -536,6 +429,7 @@ def serve_retriever(
 
 
 app.command()(readiness)
+app.command("eval")(eval_command)
 app.command("serve")(serve_command)
 app.command("init")(init_command)
 

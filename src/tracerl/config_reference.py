@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import sys
-import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from tracerl.config import RunConfig
+from tracerl.config_loading import _UNIONS, nested_model, strip_optional
 
 DOC_PATH = Path("docs/config.md")
 
@@ -48,40 +48,11 @@ This file is generated from the pydantic models in `tracerl.config` (and the mod
 nest): edit the field docstrings there, then run `python -m tracerl.config_reference --write`.
 """
 
-_UNIONS = (typing.Union, types.UnionType)
-
 
 @dataclass(frozen=True)
 class _Section:
     path: str  # "" for the top level
     model: type[BaseModel]
-
-
-def _strip_optional(ann: Any) -> tuple[Any, bool]:
-    """(the annotation without None, whether None was allowed)."""
-    if typing.get_origin(ann) in _UNIONS:
-        args = typing.get_args(ann)
-        rest = tuple(a for a in args if a is not type(None))
-        if len(rest) < len(args):
-            return (rest[0] if len(rest) == 1 else typing.Union[rest]), True  # noqa: UP007
-    return ann, False
-
-
-def _is_model(ann: Any) -> bool:
-    return isinstance(ann, type) and issubclass(ann, BaseModel)
-
-
-def _nested(ann: Any) -> tuple[type[BaseModel], str] | None:
-    """The model a field holds and the path suffix of its section ("" or "[]"), if any."""
-    ann, _ = _strip_optional(ann)
-    if _is_model(ann):
-        return ann, ""
-    if typing.get_origin(ann) is list:
-        (item,) = typing.get_args(ann) or (Any,)
-        item, _ = _strip_optional(item)
-        if _is_model(item):
-            return item, "[]"
-    return None
 
 
 def _join(prefix: str, key: str) -> str:
@@ -92,7 +63,7 @@ def _sections(model: type[BaseModel], path: str = "") -> Iterator[_Section]:
     """The model's section, then each nested model's, depth first in field order."""
     yield _Section(path, model)
     for key, field in model.model_fields.items():
-        nested = _nested(field.annotation)
+        nested = nested_model(field.annotation)
         if nested is not None:
             yield from _sections(nested[0], _join(path, key) + nested[1])
 
@@ -148,7 +119,7 @@ def _bounds(metadata: list[Any]) -> str:
 
 def _type_name(ann: Any) -> str:
     """A readable type: ``int``, ``"sync" | "async"``, ``list[str]``, ``mapping``."""
-    ann, optional = _strip_optional(ann)
+    ann, optional = strip_optional(ann)
     if optional:
         return f"{_type_name(ann)} or null"
     origin, args = typing.get_origin(ann), typing.get_args(ann)
@@ -173,15 +144,15 @@ def _cell(text: str) -> str:
 
 def _type_cell(field: FieldInfo, key: str) -> str:
     """The field's type; a nested model's links to its section (`key`: the field's path)."""
-    nested = _nested(field.annotation)
-    _, optional = _strip_optional(field.annotation)
+    nested = nested_model(field.annotation)
+    _, optional = strip_optional(field.annotation)
     if nested is not None:
         kind = "list of sections" if nested[1] else "section"
         return f"{kind} {_link(key + nested[1])}" + (" or null" if optional else "")
     bounds = _bounds(field.metadata)
     name = _type_name(field.annotation)
     if bounds:  # constraints apply to the value, not to null
-        base, opt = _strip_optional(field.annotation)
+        base, opt = strip_optional(field.annotation)
         name = f"{_type_name(base)} {bounds}" + (" or null" if opt else "")
     return _cell(f"`{name}`")
 

@@ -28,13 +28,19 @@ class NotFoundError(UserError, KeyError):
 
 
 def unknown(
-    what: str, name: str, valid: list[str], hint: str, listed: str = "valid"
-) -> NotFoundError:
-    """``unknown <what> 'x' (did you mean 'y'?); <listed>: a, b, c`` with `hint`."""
+    what: str,
+    name: str,
+    valid: list[str],
+    hint: str,
+    listed: str = "valid",
+    error: type[UserError] = NotFoundError,
+) -> UserError:
+    """``unknown <what> 'x' (did you mean 'y'?); <listed>: a, b, c`` with `hint`, as an
+    `error` (a `NotFoundError` unless the caller has its own class)."""
     import difflib
 
     close = difflib.get_close_matches(name, valid, n=1)
-    return NotFoundError(
+    return error(
         f"unknown {what} {name!r}"
         + (f" (did you mean {close[0]!r}?)" if close else "")
         + f"; {listed}: {', '.join(valid) or 'none'}",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.envs import FaultInjector, make
+from tracerl.errors import UserError
 from tracerl.report.sinks import append_metrics
 from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
 from tracerl.rewards.review import ReviewPool
@@ -38,6 +39,22 @@ from tracerl.train.metrics import eval_metrics
 from tracerl.types import RewardBreakdown
 
 EVAL_CONFIG = RolloutConfig(budgets=Budgets(steps=4, tool_calls=4), max_turn_tokens=96)
+
+
+def check_search_eval(corpus: str, protocol: str, splits: list[str]) -> None:
+    """Refuse search-eval arguments that name nothing (before any model loads)."""
+    from tracerl.envs.search.tasks import SPLITS, splits_of
+
+    if corpus not in ("synthetic", "wiki"):
+        raise UserError(f"--corpus {corpus!r}: the search questions exist for synthetic, wiki")
+    if protocol not in ("tools", "search_r1"):
+        raise UserError(f"--protocol {protocol!r}: valid: tools, search_r1")
+    bad = [x for x in splits if x not in splits_of(corpus)]
+    if bad:
+        raise UserError(
+            f"--split {bad[0]!r}: corpus {corpus} has splits {', '.join(splits_of(corpus))}",
+            f"the search splits are {', '.join(SPLITS)} (adversarial: synthetic only)",
+        )
 
 
 def evaluate(

@@ -29,12 +29,13 @@ def is_import_path(name: str) -> bool:
     )
 
 
-def search_working_directory() -> None:
-    """Let ``module:attr`` paths find modules in the working directory (appended: a file
-    there never shadows the standard library or an installed package)."""
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+def search_directory(folder: str | None = None) -> None:
+    """Let ``module:attr`` paths find modules in `folder` (default: the working directory;
+    appended, so a file there never shadows the standard library or an installed
+    package)."""
+    folder = folder or os.getcwd()
+    if folder not in sys.path and not (folder == os.getcwd() and "" in sys.path):
+        sys.path.append(folder)
 
 
 def load_object(path: str, what: str) -> Any:
@@ -46,7 +47,7 @@ def load_object(path: str, what: str) -> Any:
             "write it as package.module:attribute (e.g. mypkg.envs:UnitConv)",
         )
     module_name, _, attr = path.partition(":")
-    search_working_directory()
+    search_directory()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:

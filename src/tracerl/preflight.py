@@ -83,14 +83,7 @@ def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
             f"env.name: building environment {name!r} raised {type(e).__name__}: {e}",
             "fix the environment's __init__ (tracerl --debug ... shows the traceback)",
         ) from e
-    splits = getattr(probe, "splits", None)
-    if splits is not None and (
-        isinstance(splits, str) or not all(isinstance(x, str) for x in splits)
-    ):
-        raise ConfigError(
-            f"env.name: environment {name!r} declares splits = {splits!r}",
-            'splits is a tuple of names, e.g. ("train", "test") — ("train",) for one',
-        )
+    env_splits(probe)  # declared in a form that can be read
     return spec, probe
 
 
@@ -108,8 +101,17 @@ def _signature(spec: EnvSpec) -> str:
 
 
 def env_splits(probe: Env) -> tuple[str, ...] | None:
+    """The split names the environment declares (None: undeclared)."""
     splits = getattr(probe, "splits", None)
-    return tuple(splits) if splits is not None else None
+    if splits is None:
+        return None
+    if isinstance(splits, str) or not all(isinstance(x, str) for x in splits):
+        raise ConfigError(
+            f"env.name: environment {probe.name or type(probe).__name__!r} declares splits = "
+            f"{splits!r}",
+            'splits is a tuple of names, e.g. ("train", "test") — ("train",) for one',
+        )
+    return tuple(splits)
 
 
 def default_splits(splits: tuple[str, ...] | None) -> tuple[str, str]:
@@ -195,14 +197,13 @@ def prepare(cfg: RunConfig) -> Prepared:
             import_ray()
         except ImportError as e:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
+    key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
     try:
         reward = resolve_reward(
             cfg.trainer.reward, cfg.trainer.reward_components, probe, env_name=cfg.env.name
         )
     except UserError as e:
-        key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
         raise _fail(key, e) from e
-    key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
     task = probe.sample_tasks(1, seed=cfg.trainer.seed, split=env_cfg.train_split)[0]
     problem = check_functions(reward, task)
     if problem:

@@ -18,7 +18,8 @@ import pytest
 import ray
 
 from tests.serve import tracerl_serve
-from tracerl.config import RolloutBackendConfig, load_config
+from tracerl.config import RolloutBackendConfig
+from tracerl.config_loading import load_config
 from tracerl.envs import get_parser, make
 from tracerl.models import load
 from tracerl.report.html import write_report

@@ -230,7 +230,7 @@ async def _reward(factory: Callable[[], Env], renderer: Any, seed: int) -> str |
         return _NOTE + "none of its own (a run must name one: trainer.reward)"
     reward = resolve_reward(None, None, env)
     tasks = env.sample_tasks(2, seed=seed, split=(env.splits or ("train",))[0])
-    results = [await _scripted_episode(factory, env, task, renderer, seed) for task in tasks]
+    results = await _scripted_episodes(factory, env, tasks, renderer, seed)
     scores = [reward(e) for e in results]
     crashed = [s.error for s in scores if s.error]
     if crashed:
@@ -245,26 +245,26 @@ async def _reward(factory: Callable[[], Env], renderer: Any, seed: int) -> str |
     return _NOTE + f"{', '.join(reward.component_names)}; scripted episodes {wins}/{len(tasks)}"
 
 
-async def _scripted_episode(
-    factory: Callable[[], Env], probe: Env, task: dict[str, Any], renderer: Any, seed: int
-) -> Any:
-    """`check_script` played through the rollout engine, as the warm start plays it."""
+async def _scripted_episodes(
+    factory: Callable[[], Env], probe: Env, tasks: list[dict[str, Any]], renderer: Any, seed: int
+) -> list[Any]:
+    """`check_script` played through the rollout engine by the warm start's reference agent."""
     from tracerl.envs.parsers import get_parser
     from tracerl.rollout.budget import RolloutConfig
-    from tracerl.rollout.runner import Policy, run_episode
-    from tracerl.rollout.sampler import ScriptedSampler
-    from tracerl.train.warm_start import reference_texts
+    from tracerl.rollout.groups import group_episode_id
+    from tracerl.rollout.runner import run_episode
+    from tracerl.train.warm_start import reference_policy
 
     if renderer is None:  # SmolLM2's (a tokenizer of every byte: code and patches survive)
         from tracerl.models.loading import smollm2_tokenizer
         from tracerl.models.render import ChatRenderer
 
         renderer = ChatRenderer(smollm2_tokenizer())
-    parser = get_parser("json_list")
-    texts = reference_texts(probe, task, parser)
-    sampler = ScriptedSampler.from_texts(
-        renderer, lambda r: texts[min(r.turn, len(texts) - 1)], logprob=0.0
-    )
-    policy = Policy(sampler, renderer, parser, "check-env")
+    policy = reference_policy(renderer, "check-env", probe, tasks, get_parser("json_list"))
     config = RolloutConfig(max_turn_tokens=4096)
-    return await run_episode(factory(), task, policy, config, seed=seed, episode_id="check-env")
+    return [
+        await run_episode(
+            factory(), t, policy, config, seed=seed, episode_id=group_episode_id(t, seed, 0)
+        )
+        for t in tasks
+    ]

@@ -13,6 +13,7 @@ and how to add one. Registering a name twice with different factories raises.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ from tracerl.imports import (
     is_import_path,
     load_entry_point,
     load_object,
-    search_working_directory,
+    search_directory,
 )
 
 ENTRY_POINT_GROUP = "tracerl.envs"
@@ -59,11 +60,6 @@ class EnvSpec:
     name: str
     factory: Callable[..., Env] = field(repr=False)
     import_path: str | None
-
-    @property
-    def cls(self) -> type | None:
-        """The environment's class, when the factory is one (a function may build any)."""
-        return self.factory if inspect.isclass(self.factory) else None
 
 
 def resolve(name: str) -> EnvSpec:
@@ -117,7 +113,6 @@ def make_from_spec(spec: dict[str, Any], **overrides: Any) -> Env:
     except NotFoundError:
         if not path:
             raise
-        search_working_directory()
         load_object(path, f"environment {name!r} from")  # its module may register the name
         if name not in _REGISTRY:
             env = make(path, **kwargs)
@@ -137,14 +132,9 @@ class EnvFactory:
 
     def __call__(self) -> Env:
         if self.cwd:
-            import sys
-
-            if self.cwd not in sys.path:
-                sys.path.append(self.cwd)
+            search_directory(self.cwd)
         return make(self.name, **self.kwargs)
 
 
 def env_factory(name: str, kwargs: dict[str, Any] | None = None) -> EnvFactory:
-    import os
-
     return EnvFactory(name, dict(kwargs or {}), os.getcwd())

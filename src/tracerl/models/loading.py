@@ -322,9 +322,12 @@ def check_spec(spec: str) -> None:
     if spec.startswith("hf:"):
         _check_folder(spec[3:])
     elif spec not in MODEL_SPECS:
-        raise ModelNotFoundError(
-            unknown("model spec", spec, [*MODEL_SPECS, "hf:<folder>"], "").message,
+        raise unknown(
+            "model spec",
+            spec,
+            [*MODEL_SPECS, "hf:<folder>"],
             "hf:<folder> loads a Hugging Face model folder (config.json, weights, tokenizer)",
+            error=ModelNotFoundError,
         )
 
 

@@ -141,12 +141,7 @@ class EpisodeRecord:
     @property
     def gold_answers(self) -> list[str]:
         """The task's ``answers`` (a single value counts as one); empty when it has none."""
-        answers = self.task.get("answers")
-        if answers is None or answers == "":
-            return []
-        if isinstance(answers, list | tuple):
-            return [str(a) for a in answers]
-        return [str(answers)]
+        return as_strings(self.task.get("answers"))
 
     @property
     def stop_reason(self) -> str:
@@ -174,6 +169,14 @@ class EpisodeRecord:
         if self.phase == "warm_start":
             return "warm start reference"
         return f"{self.phase} step {self.step}"
+
+
+def as_strings(value: object) -> list[str]:
+    """Gold answers as a list of strings: a list or tuple item by item, one value as one,
+    nothing (None or "") as none."""
+    if value is None or value == "":
+        return []
+    return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
 
 
 def _message_text(content: Any) -> str:

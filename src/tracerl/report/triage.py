@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from tracerl.report.run import EpisodeRecord
+from tracerl.report.run import EpisodeRecord, as_strings
 from tracerl.types import Layer, RewardComponent, Source
 
 BUCKETS = ("succeeded", "policy", "environment", "evaluator")
@@ -153,7 +153,9 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
         ),
         None,
     )
-    golds = (_as_list((outcome.evidence or {}).get("golds")) if outcome else []) or ep.gold_answers
+    golds = (
+        as_strings((outcome.evidence or {}).get("golds")) if outcome else []
+    ) or ep.gold_answers
     observed = bool(ep.receipt.get("tool_schemas")) or any(  # no tools, no observation:
         s.source is Source.ENVIRONMENT for t in ep.trajectories for s in t.segments
     )  # no evidence it could have looked for
@@ -178,12 +180,6 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
     if gated:  # a gate closed before the outcome was scored: the component just before it
         return "wrong_answer", f"{describe(components[gated - 1])} closed the gate{also}"
     return "wrong_answer", f"no outcome component reached 1.0{also}"
-
-
-def _as_list(value: object) -> list[str]:
-    if value is None or value == "":
-        return []
-    return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
 
 
 def describe(c: RewardComponent, pairs: int = 3, width: int = 40) -> str:

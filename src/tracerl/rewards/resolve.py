@@ -135,34 +135,38 @@ def resolve_reward(
             "trainer.reward and trainer.reward_components are both set",
             "keep one: a named reward, or the components of one",
         )
+    own, method = getattr(env, "reward_components", None), _own_method(env)
     if components:
-        spec = _spec(components, "trainer.reward_components")
-        return RunReward(spec, _functions(spec, env, "trainer.reward_components"), "config", lookup)
-    if reward:
-        return _named(reward, env, lookup)
-    own = getattr(env, "reward_components", None)
-    if own:
-        spec = _spec(own, f"environment {label!r}: reward_components")
-        where = f"environment {label!r}: reward_components"
-        return RunReward(spec, _functions(spec, env, where), f"{label}'s own", lookup)
-    method = _own_method(env)
-    if method is not None:
-        spec = _spec([ATTRIBUTION, {"name": label, "fn": method.__name__, "layer": "outcome"}], "")
-        return RunReward(spec, _functions(spec, env, label), f"{label}'s own", lookup)
-    raise UserError(
-        f"environment {said!r} has no reward of its own and trainer.reward is not set",
-        HOW_TO_ADD,
-    )
+        where = source = "trainer.reward_components"
+        spec = _spec(components, where)
+    elif reward:
+        where = source = f"trainer.reward: {reward}"
+        spec = _spec(_named(reward), where)
+    elif own:
+        where, source = f"environment {label!r}: reward_components", f"{label}'s own"
+        spec = _spec(own, where)
+    elif method is not None:
+        where, source = label, f"{label}'s own"
+        spec = _spec(
+            [ATTRIBUTION, {"name": label, "fn": method.__name__, "layer": "outcome"}], where
+        )
+    else:
+        raise UserError(
+            f"environment {said!r} has no reward of its own and trainer.reward is not set",
+            HOW_TO_ADD,
+        )
+    return RunReward(spec, _functions(spec, env, where), source, lookup)
 
 
-def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunReward:
-    where = f"trainer.reward: {name}"
+def _named(name: str) -> Any:
+    """What ``trainer.reward`` names, as a spec's source: a built-in's YAML, a user's spec
+    (YAML text, a list of components, a `RewardSpec`), or one outcome component around a
+    user's function (its `fn` the import path `_functions` resolves)."""
     builtin = builtin_rewards()
     if name in builtin:
-        spec = _spec(builtin[name], where)
-        return RunReward(spec, _functions(spec, env, where), where, lookup)
+        return builtin[name]
     if is_import_path(name):
-        obj = load_object(name, "reward")
+        obj, path = load_object(name, "reward"), name
     else:
         eps = entry_points(ENTRY_POINT_GROUP)
         if name not in eps:
@@ -175,21 +179,17 @@ def _named(name: str, env: Any, lookup: Callable[[str], str | None]) -> RunRewar
                 "use the environment's own",
                 listed="built-in and installed",
             )
-        obj = load_entry_point(eps[name], "reward")
-        name = eps[name].value
+        obj, path = load_entry_point(eps[name], "reward"), eps[name].value
     if isinstance(obj, RewardSpec | str | list):
-        spec = _spec(obj, where)
-    elif callable(obj):
+        return obj
+    if callable(obj):
         title = getattr(obj, "__name__", "reward")
-        spec = _spec([ATTRIBUTION, {"name": title, "fn": name, "layer": "outcome"}], where)
-        return RunReward(spec, {**COMPONENTS, name: adapt(obj, name)}, where, lookup)
-    else:
-        raise UserError(
-            f"{name}: that is a {type(obj).__name__}, not a reward",
-            "point it at a function (ctx or named arguments -> number or Score), or at a "
-            "layered spec (YAML text or a list of components)",
-        )
-    return RunReward(spec, _functions(spec, env, where), where, lookup)
+        return [ATTRIBUTION, {"name": title, "fn": path, "layer": "outcome"}]
+    raise UserError(
+        f"{name}: that is a {type(obj).__name__}, not a reward",
+        "point it at a function (ctx or named arguments -> number or Score), or at a "
+        "layered spec (YAML text or a list of components)",
+    )
 
 
 def _spec(source: Any, where: str) -> RewardSpec:
@@ -232,8 +232,7 @@ def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]
             out[c.fn] = COMPONENTS[c.fn]
         elif is_import_path(c.fn):
             out[c.fn] = adapt(load_object(c.fn, f"{where}: component {c.name!r}"), c.fn)
-        elif c.fn in entry_points(ENTRY_POINT_GROUP):
-            ep = entry_points(ENTRY_POINT_GROUP)[c.fn]
+        elif (ep := entry_points(ENTRY_POINT_GROUP).get(c.fn)) is not None:
             out[c.fn] = adapt(load_entry_point(ep, "reward component"), ep.value)
         else:
             raise NotFoundError(

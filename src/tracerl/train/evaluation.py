@@ -78,16 +78,14 @@ def evaluate_config(
     (and the adversarial split, if the config asks), scored by its reward, written to `out`
     as a run directory (stage ``baseline``, step 0)."""
     from tracerl.envs.registry import env_factory
-    from tracerl.train.loop import RunExistsError, build_policy
+    from tracerl.train.loop import build_policy, refuse_existing_run
 
-    cfg = prepared.cfg
-    update: dict[str, Any] = {"out_dir": str(out.parent), "name": out.name}
-    cfg = cfg.model_copy(update=update)
+    refuse_existing_run(out, "pick another --out")
+    env_cfg = prepared.cfg.env
     if n is not None:
-        env = cfg.env.model_copy(update={"eval_tasks": n})
-        cfg = cfg.model_copy(update={"env": env})
-    if (out / "metrics.jsonl").exists():
-        raise RunExistsError(f"{out} already holds a run", "pick another --out")
+        env_cfg = env_cfg.model_copy(update={"eval_tasks": n})
+    update = {"out_dir": str(out.parent), "name": out.name, "env": env_cfg}
+    cfg = prepared.cfg.model_copy(update=update)
     bars = progress or QuietProgress(print)
     policy = build_policy(cfg)[2]
     out.mkdir(parents=True, exist_ok=True)

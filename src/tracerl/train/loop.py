@@ -59,6 +59,12 @@ class RunExistsError(UserError, RuntimeError):
     """The run directory holds a run already (continue it with --resume)."""
 
 
+def refuse_existing_run(run_dir: Path, hint: str) -> None:
+    """A run directory with metrics is a run: never written into by a new one."""
+    if (run_dir / "metrics.jsonl").exists():
+        raise RunExistsError(f"{run_dir} already holds a run", hint)
+
+
 def _trim_metrics(run_dir: Path, step: int | None) -> None:
     """Drop metric lines of steps the checkpoint (of `step`; None: no checkpoint) does not
     contain: they will be redone. The evaluation after the checkpointed step is kept."""
@@ -118,11 +124,8 @@ def train(
     if resume:
         check_resumable(run_dir, cfg.model_dump(mode="json"))
     ckpt = latest_checkpoint(run_dir) if resume else None
-    if not resume and (run_dir / "metrics.jsonl").exists():
-        raise RunExistsError(
-            f"{run_dir} already holds a run",
-            "continue it with --resume, or pick another name (name=...)",
-        )
+    if not resume:
+        refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     bundle, sampler, policy = build_policy(cfg)

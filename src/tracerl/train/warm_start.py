@@ -53,17 +53,18 @@ def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> lis
 
 
 def reference_policy(
-    bundle: Any, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
+    renderer: Any, model_id: str, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
 ) -> Policy:
-    """A policy that plays `probe.check_script` for each of `tasks`, turn by turn."""
+    """A policy that plays `probe.check_script` for each of `tasks`, turn by turn (episodes
+    named by `group_episode_id`, which says whose task each is)."""
     scripts = {t["id"]: reference_texts(probe, t, parser) for t in tasks}
 
     def turn(request: Any) -> str:
         texts = scripts[episode_task_id(request.episode_id)]
         return texts[min(request.turn, len(texts) - 1)]
 
-    sampler = ScriptedSampler.from_texts(bundle.renderer, turn, logprob=0.0)
-    return Policy.from_bundle(bundle, sampler, parser)
+    sampler = ScriptedSampler.from_texts(renderer, turn, logprob=0.0)
+    return Policy(sampler, renderer, parser, model_id)
 
 
 def warm_start(
@@ -90,7 +91,7 @@ def warm_start(
         run_groups(
             env,
             tasks,
-            reference_policy(bundle, probe, tasks, parser),
+            reference_policy(bundle.renderer, bundle.spec, probe, tasks, parser),
             rollout,
             group_size=1,
             seed=0,

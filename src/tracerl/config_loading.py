@@ -1,0 +1,243 @@
+"""Reading a run config: a YAML file and dotted overrides, validated into `RunConfig`.
+
+Whatever does not validate becomes one `ConfigError` that says what, where and what to do:
+YAML syntax errors with file, line and column; a key given twice; an empty file; an unknown
+key with its line and the closest valid key ("did you mean"); a bad value with the override
+or the file line it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from tracerl.config import ConfigError, RunConfig
+
+_UNIONS = (typing.Union, types.UnionType)
+
+
+def strip_optional(ann: Any) -> tuple[Any, bool]:
+    """(the annotation without None, whether None was allowed)."""
+    if typing.get_origin(ann) in _UNIONS:
+        args = typing.get_args(ann)
+        rest = tuple(a for a in args if a is not type(None))
+        if len(rest) < len(args):
+            return (rest[0] if len(rest) == 1 else typing.Union[rest]), True  # noqa: UP007
+    return ann, False
+
+
+def is_model(ann: Any) -> bool:
+    return isinstance(ann, type) and issubclass(ann, BaseModel)
+
+
+def nested_model(ann: Any) -> tuple[type[BaseModel], str] | None:
+    """The config model a field holds and the path suffix of its section ("" or "[]")."""
+    ann, _ = strip_optional(ann)
+    if is_model(ann):
+        return ann, ""
+    if typing.get_origin(ann) is list:
+        (item,) = typing.get_args(ann) or (Any,)
+        item, _ = strip_optional(item)
+        if is_model(item):
+            return item, "[]"
+    return None
+
+
+REFERENCE = "docs/config.md lists every key, its type and default"
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``a.b.c=value`` (value parsed as YAML: numbers, booleans, lists, null)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key.path=value", "e.g. trainer.lr=1e-5")
+        path, raw = item.split("=", 1)
+        keys = path.strip().split(".")
+        if not all(keys):
+            raise ConfigError(f"override {item!r}: empty key in {path!r}", "e.g. trainer.lr=1e-5")
+        node = data
+        for i, k in enumerate(keys[:-1]):
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                where = ".".join(keys[: i + 1])
+                raise ConfigError(
+                    f"override {item!r}: {where} is a value, not a section", REFERENCE
+                )
+        try:
+            node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(
+                f"override {item!r}: the value is not valid YAML ({_yaml_problem(e)})",
+                "quote it: key='text with: colons'",
+            ) from None
+    return data
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    return " ".join(str(getattr(e, "problem", None) or e).split())
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], Any]:
+    """The file's mapping and its YAML node tree (for line numbers)."""
+    if not path.is_file():
+        what = "a folder, not a config file" if path.is_dir() else "no such config file"
+        raise ConfigError(f"{path}: {what}", "pass a YAML config, e.g. configs/demo.yaml")
+    try:
+        text = path.read_text()
+        node = yaml.compose(text)
+        _no_duplicate_keys(node, path)
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: invalid YAML: {_yaml_problem(e)}",
+            "fix the file there (indentation, a missing ':' or a stray quote)",
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read it ({e})") from None
+    if loaded is None:
+        raise ConfigError(
+            f"{path}: the file is empty (or only comments)",
+            "a config names at least a run: `name: myrun` (docs/config.md lists every key)",
+        )
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys at the top level, got {type(loaded).__name__}",
+            "e.g. `name: myrun` / `env: {name: search}`",
+        )
+    return loaded, node
+
+
+def _no_duplicate_keys(node: Any, path: Path) -> None:
+    """YAML keeps the last of two equal keys, silently: refuse them, naming both lines."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k, v in node.value:
+            if k.value in seen:
+                raise ConfigError(
+                    f"{path}:{k.start_mark.line + 1}: key {k.value!r} again (first at line "
+                    f"{seen[k.value]}); YAML would keep only the last",
+                    "merge the two into one",
+                )
+            seen[k.value] = k.start_mark.line + 1
+            _no_duplicate_keys(v, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _no_duplicate_keys(v, path)
+
+
+def _empty_sections(data: dict[str, Any], model: type[BaseModel] = RunConfig) -> dict[str, Any]:
+    """A section written with every key commented out (``trainer:``) reads as null: it means
+    the section's defaults, not "no section" (except for optional sections, where null is
+    the way to turn one off, e.g. ``warm_start: null``)."""
+    out = dict(data)
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        ann = field.annotation if field is not None else None
+        if is_model(ann):  # a section that cannot be null
+            out[key] = _empty_sections(value or {}, ann) if isinstance(value or {}, dict) else value
+    return out
+
+
+def _line(node: Any, loc: tuple[Any, ...]) -> int | None:
+    """The line of the key at `loc` in a composed YAML tree (1-based), if it is there."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(part):
+                    line, node = k.start_mark.line + 1, v
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model that holds the key at `loc` (for "did you mean")."""
+    model: type[BaseModel] = RunConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list section
+            continue
+        field = model.model_fields.get(part)
+        found = nested_model(field.annotation) if field is not None else None
+        if found is None:
+            return None
+        model = found[0]
+    return model
+
+
+def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
+    """One validation error as (what and where, what to do)."""
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc)
+    line = _line(node, loc) if node is not None else None
+    where = f"{origin}:{line}" if line and not origin.startswith("override") else origin
+    if not loc:  # a check across fields
+        return f"{where}: {err['msg'].removeprefix('Value error, ')}", REFERENCE
+    if err["type"] == "extra_forbidden":
+        model = _model_at(loc)
+        valid = list(model.model_fields) if model else []
+        typo = str(loc[-1])
+        close = (
+            difflib.get_close_matches(typo, valid, n=1, cutoff=0.6)
+            or sorted((k for k in valid if typo.startswith(k) or k.startswith(typo)), key=len)[-1:]
+        )  # a key spelled out (rank for r) or cut short
+        section = ".".join(str(p) for p in loc[:-1]) or "the top level"
+        suggestion = ".".join([*(str(p) for p in loc[:-1]), close[0]]) if close else None
+        return (
+            f"{where}: unknown key {key!r}"
+            + (f"; did you mean {suggestion!r}?" if suggestion else ""),
+            f"valid keys of {section}: {', '.join(valid)} ({REFERENCE.split(' lists')[0]})",
+        )
+    got = repr(err.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {key}: {msg} (got {got})", REFERENCE
+
+
+def _covers(override: str, loc: tuple[str, ...]) -> bool:
+    """Did `override` set the key at `loc` (or a section holding it, or a key inside it)?"""
+    keys = tuple(override.split("=", 1)[0].strip().split("."))
+    n = min(len(keys), len(loc))
+    return n > 0 and keys[:n] == loc[:n]
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """A config from a YAML file and dotted overrides; `ConfigError` (file, line, key and
+    what to do) for anything that does not validate."""
+    data: dict[str, Any] = {}
+    node = None
+    if path is not None:
+        path = Path(path)
+        data, node = _read_yaml(path)
+    overrides = list(overrides or [])
+    data = _empty_sections(apply_overrides(data, overrides))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        loc = tuple(str(p) for p in errors[0]["loc"])
+        from_override = next((o for o in reversed(overrides) if _covers(o, loc)), None)
+        origin = f"override {from_override!r}" if from_override else str(path or "config")
+        what, todo = _explain(errors[0], origin, None if from_override else node)
+        if len(errors) > 1:
+            others = ", ".join(
+                ".".join(str(p) for p in x["loc"]) or "(config)" for x in errors[1:4]
+            )
+            what += f" (and {len(errors) - 1} more: {others})"
+        raise ConfigError(what, todo) from None
