@@ -37,9 +37,38 @@ class LoraConfig(_Config):
     """Module names that get adapters (every attention and MLP projection by default)."""
 
 
+class VLLMConfig(_Config):
+    """The vLLM server tracerl starts with ``model.engine: vllm`` (`tracerl.engines.vllm`)."""
+
+    python: str | None = None
+    """The Python that runs vLLM; None: ``$TRACERL_VLLM_PYTHON``, else ``.venv-vllm`` (made
+    by ``make vllm``) in the checkout or the working directory, else this Python if vLLM
+    imports here."""
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """The server's dtype. bfloat16 is about twice as fast on a CPU with AVX-512/AMX; the
+    learner stays fp32, so the sampler's log-probs differ slightly from the learner's (the
+    IS correction, ``trainer.tis_cap``, handles it; ``train/logprob_gap_mean`` shows it)."""
+    host: str = "127.0.0.1"
+    """Where it listens. Its weight-reload routes are on: keep it off public interfaces."""
+    port: int = Field(0, ge=0)
+    """0: a free port."""
+    kv_cache_gb: float = Field(1.0, gt=0)
+    """CPU memory for its KV cache (vLLM would otherwise take most of the machine's)."""
+    max_model_len: int | None = Field(None, ge=16)
+    """The longest prompt plus completion it accepts; None: the model's context length, at
+    most 4096 (the KV cache is sized for it)."""
+    threads: int | None = Field(None, ge=1)
+    """CPU cores for its compute (cores 0..threads-1); None: vLLM's choice (all but one)."""
+    start_timeout_s: float = Field(600.0, gt=0)
+    """How long a start may take before it is an error (a first start compiles kernels)."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More ``vllm serve`` arguments, passed as they are."""
+
+
 class ModelConfig(_Config):
     spec: str = "smollm2-135m-instruct"
-    """A model spec: smollm2-135m-instruct, tiny-random, tiny-chars or hf:<folder>."""
+    """A model spec: smollm2-135m-instruct, tiny-random, tiny-chars (and their -hd64 forms, which
+    vLLM can serve) or hf:<folder>."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (the learner computes log-probs at the same temperature)."""
     max_batch_size: int = Field(32, ge=1)
@@ -53,6 +82,13 @@ class ModelConfig(_Config):
     """auto: fp32 on CPU (bf16 matmul is several times slower there), bf16 on a GPU."""
     lora: LoraConfig | None = None
     """LoRA adapters (needs `peft`); None trains every weight."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """What samples the policy's turns (`tracerl.engines`): ``hf``, the trainer's own model
+    (shares the learner's weights); ``vllm``, a vLLM server tracerl starts, keeps in step
+    after every update (LoRA hot-load or an in-place weight reload) and stops. Used by
+    train, eval, readiness and the Ray backend."""
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig())
+    """The vLLM server's options (``engine: vllm``)."""
 
 
 class EnvConfig(_Config):
@@ -175,8 +211,31 @@ class TrainerConfig(_Config):
     """PPO clip: the ratio is clipped above at 1 + clip_high (above `clip_low`: DAPO's
     clip-higher, which keeps exploration alive)."""
     tis_cap: float | None = Field(2.0, gt=0)
-    """Truncated importance sampling on the sampler's log-probs (episodes reused on resume
-    may come from lost weights)."""
+    """Truncated importance sampling, on by default: each policy token's loss is weighted by
+    min(pi_learner / pi_sampler, tis_cap), from the sampler's own log-probs. It corrects the
+    mismatch between the sampler and the learner: another engine or dtype (a bf16 vLLM
+    server, ``model.engine: vllm`` or `trainer.rollout.sampler_url`, beside the fp32
+    learner), as well as stale samples (async training; episodes reused on resume, which
+    may come from lost weights). None disables it. ``train/logprob_gap_mean`` and
+    ``train/sampler_kl`` measure the gap."""
+    is_mask: Literal["token", "sequence", "geometric"] | None = None
+    """Masked importance sampling (veRL's rollout correction, mode ``mask``): drop from the
+    loss the policy tokens whose ratio pi_learner / pi_sampler is out of [`is_mask_low`,
+    `is_mask_high`] (they keep counting in `agg`'s denominator). ``token``: each token on its
+    own ratio; ``sequence``: a whole trajectory (usually the whole episode, every turn) on
+    the product of its policy tokens' ratios; ``geometric``: on their geometric mean (which
+    does not grow with length). Use it when the sampler is another engine or dtype than the
+    learner (a bf16 vLLM server against the fp32 learner): `tis_cap` only bounds large
+    ratios, the mask also drops tokens the two disagree on either way. ``sequence`` suits
+    long multi-turn episodes, where one turn sampled off the learner's distribution makes
+    the whole episode's credit suspect: it drops the episode as a whole (the product drifts
+    with length, so widen the range for long episodes, or use ``geometric``). Composes with
+    `tis_cap` (the truncated weight applies to the tokens kept). None: off.
+    ``train/is_masked_frac`` logs the share of policy tokens dropped."""
+    is_mask_low: float = Field(0.5, gt=0)
+    """`is_mask`: the lowest ratio pi_learner / pi_sampler kept (below `is_mask_high`)."""
+    is_mask_high: float = Field(2.0, gt=0)
+    """`is_mask`: the highest ratio pi_learner / pi_sampler kept."""
     agg: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = "token-mean"
@@ -224,6 +283,15 @@ class TrainerConfig(_Config):
     ``exclude``)."""
     rollout: RolloutBackendConfig = Field(default_factory=lambda: RolloutBackendConfig())
     """Where episodes run: in this process (default) or in Ray rollout workers."""
+
+    @model_validator(mode="after")
+    def _is_mask_range(self) -> TrainerConfig:
+        if self.is_mask_low >= self.is_mask_high:
+            raise ValueError(
+                f"is_mask_low ({self.is_mask_low}) must be below is_mask_high "
+                f"({self.is_mask_high}): the importance-sampling mask keeps ratios between them"
+            )
+        return self
 
 
 class WarmStartConfig(_Config):
@@ -278,6 +346,17 @@ class RunConfig(_Config):
             raise ValueError(
                 "trainer.rollout.served_model names the model of the server at sampler_url; "
                 "without sampler_url the learner serves its own weights under the model's spec"
+            )
+        if self.model.engine == "vllm" and r.sampler_url is not None:
+            raise ValueError(
+                "model.engine=vllm starts a vLLM server of the run's own; "
+                "trainer.rollout.sampler_url names a server someone else runs: set one of them"
+            )
+        if self.model.engine == "vllm" and self.trainer.mode == "async" and not self.model.lora:
+            raise ValueError(
+                "model.engine=vllm with trainer.mode=async needs model.lora: a full-weight "
+                "reload cannot say which version sampled a turn in flight across it, while an "
+                "adapter's name can; use trainer.mode=sync for full fine-tuning on vLLM"
             )
         if r.sampler_url is not None and r.weight_sync == "lora" and self.model.lora is None:
             raise ValueError(

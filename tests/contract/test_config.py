@@ -99,3 +99,15 @@ def test_remote_sampling_settings_that_cannot_work_are_refused():
         ],
     )
     assert ok.trainer.rollout.sampler_url == "http://gpu:8000"
+
+
+def test_an_empty_importance_sampling_mask_range_is_refused():
+    cfg = load_config(None, ["trainer.is_mask=sequence", "trainer.is_mask_high=3"])
+    assert cfg.trainer.is_mask == "sequence" and cfg.trainer.is_mask_low == 0.5
+    for low, high in (("2", "2"), ("3", "1.5")):
+        with pytest.raises(
+            ConfigError, match=r"trainer: is_mask_low \(\d.*\) must be below is_mask_high"
+        ):
+            load_config(None, [f"trainer.is_mask_low={low}", f"trainer.is_mask_high={high}"])
+    with pytest.raises(ConfigError, match=r"trainer\.is_mask: Input should be"):
+        load_config(None, ["trainer.is_mask=tokens"])

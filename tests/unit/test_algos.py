@@ -173,3 +173,102 @@ def test_kl_estimators_by_hand():
     assert same.item() == 0.0 and kl("k2", logp, logp).item() == 0.0
     with pytest.raises(KeyError, match="low_var_kl"):
         kl("k4", logp, ref)
+
+
+# Masked importance sampling and the sampler-learner gap. Three sequences with the learner's
+# log-probs equal to the old ones (ratio 1: nothing clipped), so each policy token's loss is
+# -A; the advantages are per token, powers of two, so every sum below names its tokens.
+# The sampler ratios r = exp(old - behaviour):
+#   row 0: 1, 3, 0.4      (product 1.2, geometric mean 1.2^(1/3) = 1.06)
+#   row 1: 1.9, 1.9, [100 on a non-policy token, ignored]  (product 3.61, geometric 1.9)
+#   row 2: 0.45 x 3       (product 0.091, geometric 0.45)
+# With the default range [0.5, 2]: token drops row 0's tokens 2 and 3 and all of row 2;
+# sequence drops rows 1 and 2; geometric drops row 2 only.
+IS_ADV = torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0], [64.0, 128.0, 256.0]])
+IS_MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1]])
+IS_RATIOS = torch.tensor([[1.0, 3.0, 0.4], [1.9, 1.9, 100.0], [0.45, 0.45, 0.45]])
+IS_BEHAVIOR = -torch.log(IS_RATIOS)  # old = 0, so old - behaviour = log r
+IS_POLICY = 8  # policy tokens
+
+
+def _is_loss(behavior=IS_BEHAVIOR, **cfg):
+    logp = torch.zeros(3, 3, requires_grad=True)
+    inp = PolicyLossInput(logp, torch.zeros(3, 3), IS_ADV, IS_MASK, behavior)
+    loss, metrics = ppo_clip(inp, ClipConfig(**cfg))
+    return loss, metrics, logp
+
+
+@pytest.mark.parametrize(
+    ("level", "kept_sum", "dropped"),
+    [
+        ("token", 1 + 8 + 16, 5),  # row 0's first token, row 1's two
+        ("sequence", 1 + 2 + 4, 5),  # row 0 only
+        ("geometric", 1 + 2 + 4 + 8 + 16, 3),  # rows 0 and 1
+    ],
+)
+def test_masked_importance_sampling_drops_exactly_the_out_of_range_tokens(level, kept_sum, dropped):
+    plain, _, _ = _is_loss()
+    assert plain.item() == pytest.approx(-(1 + 2 + 4 + 8 + 16 + 64 + 128 + 256) / IS_POLICY)
+    loss, m, logp = _is_loss(is_mask=level)
+    # dropped tokens still count in token-mean's denominator: all 8 policy tokens
+    assert loss.item() == pytest.approx(-kept_sum / IS_POLICY)
+    assert m["is_masked_frac"] == pytest.approx(dropped / IS_POLICY)
+    loss.backward()
+    # the gradient flows through kept tokens only: d(-A r / 8)/dlogp = -A / 8 at r = 1
+    kept = torch.where(logp.grad != 0, IS_ADV, 0.0)
+    assert kept.sum().item() == pytest.approx(kept_sum)
+    assert torch.allclose(logp.grad, -kept / IS_POLICY)
+
+
+def test_a_masked_sequence_still_counts_among_the_sequences():
+    # sequence level keeps row 0 only: its token mean -7/3, over 3 sequences (not 1)
+    loss, _, _ = _is_loss(is_mask="sequence", agg="seq-mean-token-mean")
+    assert loss.item() == pytest.approx((-7 / 3) / 3)
+    # a narrower range, [0.95, 1.05], drops every row (row 0's product, 1.2, too)
+    loss, m, _ = _is_loss(is_mask="sequence", is_mask_low=0.95, is_mask_high=1.05)
+    assert loss.item() == 0.0 and m["is_masked_frac"] == 1.0
+    # a wider one keeps row 1 too (product 3.61 <= 4)
+    loss, _, _ = _is_loss(is_mask="sequence", is_mask_high=4.0)
+    assert loss.item() == pytest.approx(-(1 + 2 + 4 + 8 + 16) / IS_POLICY)
+
+
+def test_the_mask_composes_with_truncated_importance_sampling():
+    # token mask keeps row 0's first token (r = 1) and row 1's two (r = 1.9, capped at 1.5)
+    loss, m, _ = _is_loss(is_mask="token", tis_cap=1.5)
+    assert loss.item() == pytest.approx(-(1 * 1.0 + (8 + 16) * 1.5) / IS_POLICY)
+    assert m["is_masked_frac"] == pytest.approx(5 / IS_POLICY)
+    # TIS alone weighs every token, the out-of-range ones included
+    loss, m, _ = _is_loss(tis_cap=1.5)
+    tis = 1 * 1.0 + 2 * 1.5 + 4 * 0.4 + (8 + 16) * 1.5 + (64 + 128 + 256) * 0.45
+    assert loss.item() == pytest.approx(-tis / IS_POLICY)
+    assert "is_masked_frac" not in m
+    assert m["is_ratio_max"] == pytest.approx(3.0)  # the non-policy token's 100 is not counted
+
+
+def test_the_sampler_learner_gap_metrics_by_hand():
+    d = [0.0, math.log(3), math.log(0.4), math.log(1.9), math.log(1.9)] + [math.log(0.45)] * 3
+    _, m, _ = _is_loss(tis_cap=None)  # measured whatever the IS settings
+    assert m["logprob_gap_mean"] == pytest.approx(sum(abs(x) for x in d) / IS_POLICY)
+    assert m["logprob_gap_max"] == pytest.approx(math.log(3))  # not the masked token's ln 100
+    # k3 of KL(sampler || learner): E_sampler[r - 1 - ln r], r = pi_learner / pi_sampler
+    k3 = sum(math.exp(x) - 1 - x for x in d) / IS_POLICY
+    assert m["sampler_kl"] == pytest.approx(k3)
+    # sampler and learner agree: no gap
+    _, same, _ = _is_loss(behavior=torch.zeros(3, 3), is_mask="token")
+    assert same["logprob_gap_mean"] == same["logprob_gap_max"] == same["sampler_kl"] == 0.0
+    assert same["is_masked_frac"] == 0.0
+
+
+def test_without_behaviour_log_probs_there_is_no_gap_and_no_mask():
+    plain, m_plain, _ = _is_loss(behavior=None)
+    loss, m, _ = _is_loss(behavior=None, is_mask="token", tis_cap=1.5)
+    assert loss.item() == plain.item()
+    for key in ("logprob_gap_mean", "logprob_gap_max", "sampler_kl", "is_masked_frac"):
+        assert key not in m and key not in m_plain, key
+
+
+def test_bad_mask_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown is_mask 'seq'"):
+        _is_loss(is_mask="seq")
+    with pytest.raises(ValueError, match="is_mask_low < is_mask_high"):
+        _is_loss(is_mask="token", is_mask_low=2.0, is_mask_high=2.0)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from tests.report_run import EXPECTED, MEMBERS
 from tracerl.cli import app
 from tracerl.jsonl import read_trajectories, write_trajectories
-from tracerl.report.html import CURVES, write_report
+from tracerl.report.html import CURVES, GAP_CURVE, write_report
 from tracerl.report.run import iter_episodes
 from tracerl.report.triage import classify, triage
 from tracerl.rollout.groups import episode_member
@@ -54,7 +54,8 @@ def test_training_episodes_carry_their_reward_breakdown(run):
 def test_the_dashboard_has_four_separate_curves_with_data(report):
     html = report.read_text()
     figures = re.findall(r'<figure class="curve" data-curve="([^"]+)">(.*?)</figure>', html, re.S)
-    assert [name for name, _ in figures] == list(CURVES)
+    # the scripted run's learner had the sampler's log-probs: the gap chart follows the four
+    assert [name for name, _ in figures] == [*CURVES, GAP_CURVE]
     for name, body in figures:
         assert body.count("<svg") == 1, name
         assert "<circle" in body, f"{name} has no data points"
@@ -278,3 +279,40 @@ def test_report_imports_only_types_and_the_run_directory_format():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tracerl"):
                 assert node.module.startswith(allowed), f"{path.name} imports {node.module}"
+
+
+def _figure(html: str, name: str) -> str | None:
+    found = re.search(rf'<figure class="curve" data-curve="{name}">(.*?)</figure>', html, re.S)
+    return found.group(1) if found else None
+
+
+def test_the_sampler_learner_gap_is_charted_only_when_the_run_measured_it(run, report, tmp_path):
+    gap = _figure(report.read_text(), GAP_CURVE)
+    assert gap is not None and "Sampler–learner log-prob gap" in gap
+    for series in ("mean", "max"):
+        found = re.search(rf'<g class="series" data-series="{series}">(.*?)</g>', gap)
+        assert found and "<circle" in found.group(1), series
+    assert "dropped by the IS mask" not in gap  # the scripted run has no is_mask
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    def copy_with(name: str, edit) -> str:
+        out = tmp_path / name
+        shutil.copytree(run, out)
+        shutil.rmtree(out / "report", ignore_errors=True)
+        lines = [json.dumps(edit(dict(r))) for r in rows]
+        (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        return write_report(out).read_text()
+
+    def without_gap(r):
+        return {k: v for k, v in r.items() if "logprob_gap" not in k}
+
+    html = copy_with("no-gap", without_gap)
+    assert _figure(html, GAP_CURVE) is None and "Sampler and learner" not in html
+
+    def masked(r):
+        return {**r, "train/is_masked_frac": 0.05} if r.get("phase") == "train" else r
+
+    panel = _figure(copy_with("masked", masked), GAP_CURVE)
+    assert panel and "dropped by the IS mask" in panel
+    found = re.search(r'<g class="series" data-series="masked">(.*?)</g>', panel)
+    assert found and "masked @ step 1: 5.0%" in found.group(1)

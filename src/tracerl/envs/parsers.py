@@ -208,7 +208,12 @@ PARSERS: dict[str, type[ActionParser]] = {
     "search_r1": SearchR1Parser,
 }
 # Default parser per model family (matched on the model id, lower-cased).
-FAMILY_PARSERS = {"smollm2": "json_list", "qwen": "hermes", "tiny-random": "json_list"}
+FAMILY_PARSERS = {
+    "smollm2": "json_list",
+    "qwen": "hermes",
+    "tiny-random": "json_list",
+    "tiny-chars": "json_list",
+}
 
 
 def get_parser(name: str) -> ActionParser:

@@ -13,6 +13,9 @@ Specs (`load(spec)`):
 * ``hf:<path>`` — any local Hugging Face model folder.
 * ``tiny-random`` — a 2-layer Llama with random weights (seeded) and SmolLM2's real tokenizer
   and chat template: fast tests of everything that does not need a model that knows things.
+* ``tiny-chars`` — the same over a character vocabulary (the learning test's model).
+* ``tiny-random-hd64``, ``tiny-chars-hd64`` — the two above with heads of 64, which vLLM's
+  CPU kernels accept: tests against a real vLLM server.
 """
 
 from __future__ import annotations
@@ -205,9 +208,27 @@ def smollm2_tokenizer() -> Any:
         return AutoTokenizer.from_pretrained(target, local_files_only=True)  # as later runs
 
 
-def _tiny_llama(tokenizer: Callable[[], Any], spec: str, model_id: str, seed: int) -> PolicyBundle:
-    """A tiny Llama (2 layers, width 64) with seeded random weights over the vocabulary of
-    `tokenizer()`."""
+TINY_HD64_CONFIG = {
+    **TINY_RANDOM_CONFIG,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+}
+"""The ``-hd64`` tiny models: heads of 64 like SmolLM2's, the smallest vLLM's CPU attention
+kernels accept (the width-64 models' heads of 16 are refused), for tests on a real vLLM."""
+
+
+def _tiny_llama(
+    tokenizer: Callable[[], Any],
+    spec: str,
+    model_id: str,
+    seed: int,
+    shape: dict[str, Any] = TINY_RANDOM_CONFIG,
+) -> PolicyBundle:
+    """A tiny Llama (2 layers, width 64 unless `shape` says) with seeded random weights over
+    the vocabulary of `tokenizer()`."""
     import_s = _import_libraries()
     t0 = time.perf_counter()
     tok = tokenizer()
@@ -219,7 +240,7 @@ def _tiny_llama(tokenizer: Callable[[], Any], spec: str, model_id: str, seed: in
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        **TINY_RANDOM_CONFIG,
+        **shape,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -310,10 +331,24 @@ def load_hf_folder(path: str) -> PolicyBundle:
     )
 
 
+def load_tiny_random_hd64(seed: int = 0) -> PolicyBundle:
+    """`load_tiny_random` with heads of 64 (`TINY_HD64_CONFIG`): servable by vLLM on CPU."""
+    model_id = f"tiny-random-hd64-llama@seed{seed}"
+    return _tiny_llama(smollm2_tokenizer, "tiny-random-hd64", model_id, seed, TINY_HD64_CONFIG)
+
+
+def load_tiny_chars_hd64(seed: int = 0) -> PolicyBundle:
+    """`load_tiny_chars` with heads of 64 (`TINY_HD64_CONFIG`): servable by vLLM on CPU."""
+    model_id = f"tiny-chars-hd64-llama@seed{seed}"
+    return _tiny_llama(char_tokenizer, "tiny-chars-hd64", model_id, seed, TINY_HD64_CONFIG)
+
+
 MODEL_SPECS: dict[str, Callable[[], PolicyBundle]] = {
     "smollm2-135m-instruct": load_smollm2,
     "tiny-random": load_tiny_random,
     "tiny-chars": load_tiny_chars,
+    "tiny-random-hd64": load_tiny_random_hd64,
+    "tiny-chars-hd64": load_tiny_chars_hd64,
 }
 
 

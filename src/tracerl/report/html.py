@@ -27,6 +27,7 @@ from tracerl.report.viewer import episode_page, page_name
 
 CURVES = ("training-reward", "heldout-success", "tool-cost", "constraint-violations")
 ASYNC_CURVES = ("staleness", "effective-lr")
+GAP_CURVE = "logprob-gap"
 
 
 # ---- the four curves ---------------------------------------------------------------------
@@ -200,6 +201,45 @@ def _async_curves(d: RunData) -> list[str]:
     ]
 
 
+def _gap_curve(d: RunData, number: int) -> list[str]:
+    """When the learner measured it (it had the sampler's log-probs): how far the sampler's
+    log-probs of its tokens are from the learner's recomputation, and the share of policy
+    tokens masked importance sampling dropped (``trainer.is_mask``)."""
+    if not any("train/logprob_gap_mean" in r for r in d.train):
+        return []
+    panels = [
+        Panel(
+            "|learner − sampler| log-prob per policy token",
+            [
+                _train(d, "train/logprob_gap_mean", "mean"),
+                _train(d, "train/logprob_gap_max", "max", dashed=True),
+            ],
+            y_min=0.0,
+        )
+    ]
+    if any("train/is_masked_frac" in r for r in d.train):
+        panels.append(
+            Panel(
+                "policy tokens dropped by the IS mask",
+                [_train(d, "train/is_masked_frac", "masked")],
+                y_min=0.0,
+                percent=True,
+            )
+        )
+    return [
+        line_chart(
+            GAP_CURVE,
+            f"{number} · Sampler–learner log-prob gap",
+            panels,
+            note="The sampler's own log-probs of the tokens it sampled against the learner's "
+            "recomputation before the update. Near 0 when one model in one dtype does both; "
+            "another engine or dtype (a bf16 vLLM server) leaves a small steady gap, which "
+            "trainer.tis_cap and trainer.is_mask correct. A gap that grows means the sampler's "
+            "weights have drifted from the learner's (check the weight sync).",
+        )
+    ]
+
+
 def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     """Write ``RUN/report/index.html`` and the linked episodes' pages; returns the index."""
     d = RunData.load(run_dir)
@@ -210,6 +250,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     triage_html = sections.triage_table(tri, linked)
     config = yaml.safe_dump(d.config, sort_keys=False) if d.config else "(no config.yaml)"
     async_curves = _async_curves(d)
+    gap_curve = _gap_curve(d, len(CURVES) + len(async_curves) + 1)
     cited = any(sections.has_metric(d, key) for _, key, _ in sections.SEARCH_ROWS)
     quality_heading = "Citations, latency, eligibility" if cited else "Latency, eligibility"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -228,6 +269,11 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
             + "".join(async_curves)
             + "</div>"
             if async_curves
+            else ""
+        )
+        + (
+            '<h2>Sampler and learner</h2><div class="grid2">' + "".join(gap_curve) + "</div>"
+            if gap_curve
             else ""
         )
         + "<h2>Whose fault: attribution</h2>"

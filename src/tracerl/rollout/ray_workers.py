@@ -301,11 +301,13 @@ class RayRollouts:
 
 @contextlib.contextmanager
 def rollout_backend(
-    cfg: Any, bundle: Any, sampler: Any, policy: Policy
+    cfg: Any, bundle: Any, sampler: Any, policy: Policy, engine: Any = None
 ) -> Iterator[RayRollouts | None]:
     """The run's backend (`trainer.rollout`): None in process; with ``ray``, the Ray
-    workers and the server they sample from: the learner's own over its live weights
-    (`ServerThread`), or `sampler_url`'s, kept in step by `weight_sync`. Stopped on exit."""
+    workers and the server they sample from: the run's sampling engine's when it is a
+    server (``model.engine: vllm``, which keeps it in step), `sampler_url`'s, kept in step
+    by `weight_sync`, or else the learner's own over its live weights (`ServerThread`).
+    Stopped on exit."""
     rc = cfg.trainer.rollout
     if rc.backend == "inprocess":
         yield None
@@ -314,7 +316,10 @@ def rollout_backend(
 
     server, sync = None, None
     served = rc.served_model or bundle.spec
-    if rc.sampler_url is None:  # the learner serves its live weights: nothing to sync
+    url = rc.sampler_url
+    if engine is not None and engine.url is not None:  # a server the run owns
+        url, served, sync = engine.url, engine.sampler.model, engine
+    elif rc.sampler_url is None:  # the learner serves its live weights: nothing to sync
         advertise = rc.advertise_host
         if advertise is None and rc.serve_host == "0.0.0.0":  # this node, as Ray sees it
             advertise = import_ray().util.get_node_ip_address()
@@ -335,7 +340,7 @@ def rollout_backend(
         )
     backend = None
     try:
-        url = server.start() if server is not None else rc.sampler_url
+        url = server.start() if server is not None else url
         backend = RayRollouts(
             policy,
             url,

@@ -52,12 +52,17 @@ class RemoteSampler:
         self.backoff_s = backoff_s
         self.policy_version = policy_version
         self._client = client
+        self._owns_client, self._loop = False, None
 
     def _http(self) -> Any:
-        if self._client is None:
+        """The HTTP client, one per event loop: a trainer runs each step's rollouts in an
+        `asyncio.run` of its own, and a client cannot outlive the loop it was made in."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or (self._owns_client and self._loop is not loop):
             import httpx
 
             self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._owns_client, self._loop = True, loop
         return self._client
 
     def body(self, request: SampleRequest) -> dict[str, Any]:
@@ -130,7 +135,8 @@ class RemoteSampler:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            if not self._owns_client or self._loop is asyncio.get_running_loop():
+                await self._client.aclose()
             self._client = None
 
 

@@ -41,7 +41,8 @@ def save_checkpoint(
             {
                 "torch": torch.get_rng_state(),
                 "python": random.getstate(),
-                "sampler": sampler.generator.get_state(),
+                # a remote engine's turns are seeded per request: no generator of its own
+                "sampler": sampler.generator.get_state() if hasattr(sampler, "generator") else None,
             },
             folder / "rng.pt",
         )
@@ -91,5 +92,6 @@ def restore(ckpt: Checkpoint, model: Any, optimizer: Any, sampler: Any) -> None:
     rng = torch.load(ckpt.path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
-    sampler.generator.set_state(rng["sampler"])
+    if rng.get("sampler") is not None and hasattr(sampler, "generator"):
+        sampler.generator.set_state(rng["sampler"])
     sampler.policy_version = ckpt.policy_version

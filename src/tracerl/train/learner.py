@@ -159,8 +159,9 @@ class Learner:
         clip: ClipConfig,
         sums: dict[str, float],
     ) -> float:
-        """K epochs over the micro-batches; adds the metrics into `sums`, returns the last
-        gradient norm."""
+        """K epochs over the micro-batches; adds the metrics into `sums` (each micro-batch
+        weighted by its share, averaged over epochs; keys ending in ``_max`` take the max over
+        every micro-batch and epoch instead), returns the last gradient norm."""
         olds: list[torch.Tensor] = []
         grad_norm = 0.0
         for epoch in range(self.cfg.epochs):
@@ -180,7 +181,11 @@ class Learner:
                     m["kl"] = kl_loss.item()
                 (loss * share).backward()
                 for key, v in {"loss": loss.item(), **m}.items():
-                    sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
+                    if key.endswith("_max"):  # a max over the step, not a weighted mean
+                        if share > 0:  # a micro-batch without policy tokens has no max
+                            sums[key] = max(sums.get(key, v), v)
+                    else:
+                        sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm))
             with self.weights_lock:
                 self.optimizer.step()

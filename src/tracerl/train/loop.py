@@ -29,6 +29,7 @@ from typing import Any
 
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
+from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
 from tracerl.envs.registry import env_factory
 from tracerl.errors import UserError
@@ -137,10 +138,11 @@ def train(
         config=cfg.model_dump(mode="json"),
     )
     try:
-        with rollout_backend(cfg, bundle, sampler, policy) as backend:
-            return _train(
-                cfg, ckpt, resume, bundle, sampler, policy, probe, reward, sink, bars, backend
-            )
+        with (
+            open_engine(cfg, bundle, policy, run_dir, log) as engine,
+            rollout_backend(cfg, bundle, sampler, engine.policy, engine) as backend,
+        ):
+            return _train(cfg, ckpt, resume, bundle, engine, probe, reward, sink, bars, backend)
     finally:
         sink.close()
 
@@ -181,8 +183,7 @@ def _train(
     ckpt: Any,
     resume: bool,
     bundle: Any,
-    sampler: BatchedHFSampler,
-    policy: Policy,
+    engine: Engine,
     probe: Any,
     reward: ScoreFn,
     sink: MetricsLog,
@@ -190,6 +191,8 @@ def _train(
     backend: RolloutBackend | None,
 ) -> dict[str, float]:
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
+    policy = engine.policy
+    sampler = policy.sampler  # its policy_version is the run's
 
     env = env_factory(cfg.env.name, cfg.env.kwargs)  # picklable: Ray workers build it too
 
@@ -197,8 +200,7 @@ def _train(
         return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
 
     def publish() -> None:  # a server the learner does not own gets the current weights
-        if backend is not None:
-            backend.publish(bundle.model, sampler.policy_version)
+        (backend or engine).publish(bundle.model, sampler.policy_version)
 
     async def evaluation_async(step: int) -> dict[str, float]:
         return await evaluate_async(
@@ -214,10 +216,14 @@ def _train(
         publish()
         final = evaluation(0, "baseline")
         if cfg.warm_start is not None:
-            final = warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend)
+            final = warm_start_stage(
+                cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish
+            )
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
     learner = Learner(bundle.model, learner_config(cfg))
-    if backend is not None:  # a served turn may still run (for a lost worker) during an update
+    if backend is not None and hasattr(sampler, "_model_lock"):
+        # a turn served from the learner's weights may still run (for a lost worker) during
+        # an update
         learner.weights_lock = sampler._model_lock
     start = 0
     if ckpt is not None:
@@ -247,6 +253,7 @@ def _train(
         if hasattr(probe, "document"):
             cites = citation_metrics(episodes, probe.document)
             m.update({f"train/{k}": v for k, v in cites.items()})
+        m.update(engine.metrics())  # the weight sync before this step, restarts so far
         m["time/step_s"] = time.perf_counter() - t0
         sink.log({"step": step, "phase": "train", **m})
         log(
@@ -386,7 +393,15 @@ def learner_config(cfg: RunConfig) -> LearnerConfig:
         micro_batch_tokens=t.micro_batch_tokens,
         max_grad_norm=t.max_grad_norm,
         temperature=cfg.model.temperature,
-        clip=ClipConfig(clip_low=t.clip_low, clip_high=t.clip_high, tis_cap=t.tis_cap, agg=t.agg),
+        clip=ClipConfig(
+            clip_low=t.clip_low,
+            clip_high=t.clip_high,
+            tis_cap=t.tis_cap,
+            is_mask=t.is_mask,
+            is_mask_low=t.is_mask_low,
+            is_mask_high=t.is_mask_high,
+            agg=t.agg,
+        ),
         kl_coef=t.kl_coef,
         kl_estimator=t.kl_estimator,
         compile=t.compile,

