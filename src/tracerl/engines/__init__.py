@@ -120,7 +120,7 @@ class VLLMEngine:
     def ensure_running(self) -> None:
         """A server that died (crashed, killed) is started again; `push` then gives it the
         current weights."""
-        if self.server.alive():
+        if self.server.healthy():
             return
         self.restarts += 1
         self.log_line(
@@ -134,7 +134,13 @@ class VLLMEngine:
         model name to ask for (LoRA: the adapter's), or None (unchanged)."""
         self.ensure_running()
         t0 = time.perf_counter()
-        name = self.sync.push(model, version)
+        try:
+            name = self.sync.push(model, version)
+        except RuntimeError as e:  # it died during the sync: once more, on a new server
+            self.log_line(f"weight sync failed ({e}); restarting the vLLM server")
+            self.server.stop()
+            self.ensure_running()
+            name = self.sync.push(model, version)
         self.sync_s = time.perf_counter() - t0
         return name
 

@@ -188,6 +188,20 @@ class VLLMServer:
     def alive(self) -> bool:
         return self._guard is not None and self._guard.poll() is None
 
+    def healthy(self, attempts: int = 3) -> bool:
+        """Running and answering ``/health`` (a server just killed may still have a guard
+        that has not noticed yet)."""
+        import httpx
+
+        for i in range(attempts):
+            if not self.alive() or self.url is None:
+                return False
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return True
+            time.sleep(0.5 * (i + 1))
+        return False
+
     def start(self) -> str:
         import httpx
 
