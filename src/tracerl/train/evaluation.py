@@ -67,7 +67,14 @@ async def evaluate_async(
         m.update(eval_metrics(episodes, split, lookup))
     sink.log({"step": step, "phase": "eval", "stage": stage, **m})
     split = cfg.env.eval_split
-    bars.line(f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}")
+    line = f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}"
+    infra = m.get(f"eval/{split}/stop/infra_failure", 0.0)
+    if infra:  # a success rate that measured the infrastructure must say so
+        line += (
+            f" (warning: {infra:.0%} of its episodes were infrastructure failures, the "
+            "environment's; they count as unsolved)"
+        )
+    bars.line(line)
     return m
 
 

@@ -4,7 +4,8 @@ A resumed run continues the same experiment. Its receipts, checkpoints and curve
 under the config in ``RUN/config.yaml``; resuming with another environment, reward, model or
 learning rate would mix two experiments under one name. So a resume is refused (with the
 keys that differ) unless only these change: more or fewer steps, evaluation and checkpoint
-cadence, compilation and memory settings, where rollouts run, and the metric sinks.
+cadence, compilation and memory settings, where rollouts run and what samples them (the
+engine), and the metric sinks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ MAY_CHANGE = (
     "trainer.rollout",
     "model.max_batch_size",
     "model.device",
+    "model.engine",
+    "model.vllm",
     "report",
 )
 
