@@ -35,10 +35,9 @@ learner's `token_logprobs` on prompt + sampled tokens, temperature 1.0, the weig
 server loaded), mean and max over the B x N tokens of the last timed batch.
 
 vLLM's threads: --vllm-threads N binds its compute to cores 0..N-1 (model.vllm.threads);
-the default (None) is what the trainer gets by default: vLLM's own choice, which keeps one
-core for its scheduler (on a 2-core machine that leaves it ONE compute thread, where the
-in-process samplers use torch's default of all cores). The cores it bound are printed (from
-its log). Run it both ways on a small machine: --vllm-threads 2 gives it every core.
+the default (None) is what the trainer gets by default: every core of this process (vLLM's
+own default keeps one core for its scheduler, which on a 2-core machine leaves it ONE compute
+thread: --vllm-threads 1 measures that). The cores it bound are printed (from its log).
 """
 
 from __future__ import annotations
@@ -196,7 +195,7 @@ def main() -> None:
         "--vllm-threads",
         type=int,
         default=None,
-        help="model.vllm.threads (cores 0..N-1); default: vLLM's choice (all but one core)",
+        help="model.vllm.threads (cores 0..N-1); default: every core, as the trainer",
     )
     ap.add_argument("--kv-cache-gb", type=float, default=1.0, help="model.vllm.kv_cache_gb")
     args = ap.parse_args()

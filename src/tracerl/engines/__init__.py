@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -74,7 +75,8 @@ class VLLMEngine:
             port=v.port,
             kv_cache_gb=v.kv_cache_gb,
             max_model_len=v.max_model_len or _context_length(bundle.model, 4096),
-            threads=v.threads,
+            # sync training alternates sampling and learning: sampling gets every core
+            threads=v.threads or len(os.sched_getaffinity(0)),
             start_timeout_s=v.start_timeout_s,
             lora_rank=cfg.model.lora.r if self.lora else None,
             seed=cfg.trainer.seed,
