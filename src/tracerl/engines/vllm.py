@@ -94,12 +94,27 @@ def served_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", spec).strip("-") or "policy"
 
 
+NOISE = ("Attempted to load weight", "nanobind", "leaked", "resource_tracker", "warnings.warn")
+"""Log lines that say nothing about why a server failed (dtype casts, shutdown leak reports)."""
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` meaningful lines of a server log, after the first error it names
+    (the cause: what a dying engine prints last is how it shut down)."""
     if not path.is_file():
         return "(no log)"
     text = path.read_text(errors="replace").splitlines()
-    keep = [t for t in text if "Attempted to load weight" not in t]  # dtype cast noise
-    return "\n".join(keep[-lines:])
+    start = max((i for i, t in enumerate(text) if "=== tracerl: starting vLLM" in t), default=0)
+    keep = [t for t in text[start:] if t.strip() and not any(n in t for n in NOISE)]
+    causes = [
+        t.split("] ")[-1].strip()
+        for t in keep
+        if re.search(r"(^|\] )\w*(Error|Exception): ", t)  # raised, not warned about
+        and "EngineDeadError" not in t
+        and " WARNING " not in t
+    ]
+    cause = f"cause: {causes[0]}\n" if causes else ""
+    return cause + "\n".join(keep[-lines:])
 
 
 @dataclasses.dataclass
