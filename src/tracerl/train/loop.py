@@ -9,6 +9,8 @@
            finishes; episodes already on disk from an interrupted attempt are reused),
            reward, eligibility, advantages, update
         -> one line in metrics.jsonl; a checkpoint every N steps
+        -> the engine (`tracerl.engines`: the trainer's own model, or a vLLM server) given
+           the new weights before the next rollouts
         -> evaluation every N steps
     final evaluation
 
