@@ -328,11 +328,10 @@ class FullWeightSync:
     learner's weights (safetensors, `dtype`) to `folder` and reload them in place
     (``POST /collective_rpc`` ``reload_weights``), generation paused around it; the prefix
     cache is reset, since its KV entries were computed with the old weights. ~1-2 s for a
-    135M model on CPU (``train/weight_sync_s`` measures it)."""
+    135M model on CPU (``time/weight_sync_s`` logs it)."""
 
     def __init__(self, base_url: str, folder: Path, dtype: str, timeout_s: float = 300) -> None:
         self.base_url, self.folder, self.dtype, self.timeout_s = base_url, folder, dtype, timeout_s
-        self.last_s = 0.0
 
     def _post(self, route: str, **body: Any) -> Any:
         import httpx
@@ -350,7 +349,6 @@ class FullWeightSync:
         import torch
         from safetensors.torch import save_file
 
-        t0 = time.perf_counter()
         dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
             self.dtype, torch.float32
         )
@@ -370,4 +368,3 @@ class FullWeightSync:
             self._post("/reset_prefix_cache")
         finally:
             self._post("/resume")
-        self.last_s = time.perf_counter() - t0
