@@ -23,6 +23,7 @@ from typing import Any
 
 import vs_trl_tasks
 from tracerl.algos.losses import ClipConfig
+from tracerl.engines.guard import processes
 from tracerl.envs import get_parser
 from tracerl.envs.arithmetic import digit_reward
 from tracerl.models import load
@@ -88,31 +89,17 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, ppid, pgid) of every process, from /proc/<pid>/stat."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        out.append((int(pid), int(fields[1]), int(fields[2])))
-    return out
-
-
 def group_pids(pgid: int | None, *extra: int | None) -> list[int]:
     """The processes of process group `pgid` (a vLLM server: the API server, its engine core
     and worker), and the `extra` pids (its guard)."""
-    pids = {p for p, _, g in _processes() if pgid is not None and g == pgid}
+    pids = {p for p, _, g, _ in processes() if pgid is not None and g == pgid}
     return sorted(pids | {p for p in extra if p is not None})
 
 
 def descendant_pids(root: int) -> list[int]:
     """Every process below `root` (its children, theirs, ...), `root` excluded."""
     children: dict[int, list[int]] = {}
-    for pid, ppid, _ in _processes():
+    for pid, ppid, _, _ in processes():
         children.setdefault(ppid, []).append(pid)
     out, todo = [], list(children.get(root, []))
     while todo:

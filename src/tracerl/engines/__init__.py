@@ -155,11 +155,8 @@ class VLLMEngine:
         return {"time/weight_sync_s": self.sync_s, "engine/restarts": float(self.restarts)}
 
     def close(self) -> None:
+        # the sampler's HTTP clients belong to event loops that have ended: nothing to close
         self.server.stop()
-        with contextlib.suppress(Exception):
-            import asyncio
-
-            asyncio.run(self.sampler.close())
 
 
 Engine = HFEngine | VLLMEngine

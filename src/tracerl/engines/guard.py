@@ -52,19 +52,24 @@ def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
             time.sleep(0.1)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group `pgid` is still running (zombies do not count)."""
+def processes() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, pgid, state) of every process, from ``/proc/<pid>/stat``."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+        except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        out.append((int(pid), int(fields[1]), int(fields[2]), fields[0]))
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` is still running (zombies do not count)."""
+    return any(g == pgid and state != "Z" for _, _, g, state in processes())
 
 
 def main(argv: list[str]) -> int:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.errors import UserError
+from tracerl.rollout.weight_sync import post
 
 VLLM_PIP = (
     "make vllm (or: python -m venv .venv-vllm && "
@@ -333,17 +334,13 @@ class FullWeightSync:
     def __init__(self, base_url: str, folder: Path, dtype: str, timeout_s: float = 300) -> None:
         self.base_url, self.folder, self.dtype, self.timeout_s = base_url, folder, dtype, timeout_s
 
-    def _post(self, route: str, **body: Any) -> Any:
-        import httpx
-
-        url = f"{self.base_url}{route}"
-        try:
-            r = httpx.post(url, json=body or None, timeout=self.timeout_s)
-        except httpx.HTTPError as e:
-            raise RuntimeError(f"weight sync: {url} unreachable: {type(e).__name__}: {e}") from e
-        if r.status_code != 200:
-            raise RuntimeError(f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}")
-        return r
+    def _post(self, route: str, **body: Any) -> None:
+        post(
+            f"{self.base_url}{route}",
+            body or None,
+            self.timeout_s,
+            missing_route="the server needs VLLM_SERVER_DEV_MODE=1 (its weight-reload routes)",
+        )
 
     def push(self, model: Any, version: int) -> None:
         import torch

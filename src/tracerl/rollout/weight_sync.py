@@ -68,21 +68,13 @@ class LoraAdapterSync:
         self.loaded: list[tuple[str, Path]] = []
 
     def _post(self, route: str, body: dict[str, Any]) -> None:
-        import httpx
-
-        url = f"{self.base_url}{route}"
-        try:
-            r = httpx.post(url, json=body, timeout=self.timeout_s)
-        except httpx.HTTPError as e:
-            raise RuntimeError(f"weight sync: {url} unreachable: {type(e).__name__}: {e}") from e
-        if r.status_code == 404 and "adapter" not in r.text:  # no such route
-            raise RuntimeError(
-                f"weight sync: {url} answered HTTP 404 ({r.text[:200]}): a vLLM server needs "
-                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, `tracerl serve` "
-                "needs --enable-lora"
-            )
-        if r.status_code != 200:
-            raise RuntimeError(f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}")
+        post(
+            f"{self.base_url}{route}",
+            body,
+            self.timeout_s,
+            missing_route="a vLLM server needs --enable-lora and "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, `tracerl serve` needs --enable-lora",
+        )
 
     def push(self, model: Any, version: int) -> str:
         from tracerl.train.lora import is_lora
@@ -102,6 +94,26 @@ class LoraAdapterSync:
             self._post("/v1/unload_lora_adapter", {"lora_name": old})
             shutil.rmtree(old_path, ignore_errors=True)
         return name
+
+
+def post(
+    url: str, body: dict[str, Any] | None, timeout_s: float, *, missing_route: str = ""
+) -> None:
+    """POST `body` as JSON for a weight sync: a server that cannot be reached or answers
+    anything but HTTP 200 is a `RuntimeError` naming the URL; a 404 that names no adapter
+    (the route itself is missing) says `missing_route`, what the server must be started with."""
+    import httpx
+
+    try:
+        r = httpx.post(url, json=body, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise RuntimeError(f"weight sync: {url} unreachable: {type(e).__name__}: {e}") from e
+    if r.status_code == 404 and missing_route and "adapter" not in r.text:
+        raise RuntimeError(
+            f"weight sync: {url} answered HTTP 404 ({r.text[:200]}): {missing_route}"
+        )
+    if r.status_code != 200:
+        raise RuntimeError(f"weight sync: {url} answered HTTP {r.status_code}: {r.text[:300]}")
 
 
 def weight_sync_from_config(

@@ -22,7 +22,6 @@ twice. SIGINT/SIGTERM finish the current step, write a checkpoint and exit clean
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +36,6 @@ from tracerl.envs.registry import env_factory
 from tracerl.errors import UserError
 from tracerl.preflight import Prepared, prepare
 from tracerl.report.progress import QuietProgress
-from tracerl.report.run import metric_rows
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.episode import ScoreFn
@@ -52,7 +50,7 @@ from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora, place
 from tracerl.train.metrics import citation_metrics
-from tracerl.train.resume import check_resumable
+from tracerl.train.resume import check_resumable, has_eval, trim_metrics
 from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
@@ -66,27 +64,6 @@ def refuse_existing_run(run_dir: Path, hint: str) -> None:
     """A run directory with metrics is a run: never written into by a new one."""
     if (run_dir / "metrics.jsonl").exists():
         raise RunExistsError(f"{run_dir} already holds a run", hint)
-
-
-def _trim_metrics(run_dir: Path, step: int | None) -> None:
-    """Drop metric lines of steps the checkpoint (of `step`; None: no checkpoint) does not
-    contain: they will be redone. The evaluation after the checkpointed step is kept."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return
-    keep = [
-        row
-        for row in metric_rows(run_dir)
-        if step is not None
-        and row.get("step", 0) <= (step if row.get("phase") == "train" else step + 1)
-    ]
-    tmp = path.with_name(".metrics.jsonl.tmp")
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
-    tmp.replace(path)
-
-
-def _has_eval(run_dir: Path, step: int) -> bool:
-    return any(r.get("phase") == "eval" and r.get("step") == step for r in metric_rows(run_dir))
 
 
 class _Stop:
@@ -212,7 +189,7 @@ def _train(
     final: dict[str, float] = {}
     if ckpt is None:
         if resume:
-            _trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
+            trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
         publish()
@@ -232,9 +209,9 @@ def _train(
         restore(ckpt, bundle.model, learner.optimizer, sampler)
         publish()
         start = ckpt.step + 1
-        _trim_metrics(run_dir, ckpt.step)
+        trim_metrics(run_dir, ckpt.step)
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
-        if start >= t.steps and not _has_eval(run_dir, t.steps):
+        if start >= t.steps and not has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
             final = evaluation(t.steps)
     grpo = GRPOConfig(

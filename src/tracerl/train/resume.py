@@ -6,16 +6,21 @@ learning rate would mix two experiments under one name. So a resume is refused (
 keys that differ) unless only these change: more or fewer steps, evaluation and checkpoint
 cadence, compilation and memory settings, where rollouts run and what samples them (the
 engine), and the metric sinks.
+
+`trim_metrics` and `has_eval` put ``metrics.jsonl`` back where the checkpoint stands: lines
+of steps it does not contain are redone, so they are dropped first.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tracerl.errors import UserError
+from tracerl.report.run import metric_rows
 
 MAY_CHANGE = (
     "trainer.steps",
@@ -65,3 +70,24 @@ def check_resumable(run_dir: Path, config: dict[str, Any]) -> None:
             f"resume with its own ({path}), changing only how it runs (trainer.steps, "
             "eval_every, checkpoint_every, trainer.rollout, report), or start a new run",
         )
+
+
+def trim_metrics(run_dir: Path, step: int | None) -> None:
+    """Drop metric lines of steps the checkpoint (of `step`; None: no checkpoint) does not
+    contain: they will be redone. The evaluation after the checkpointed step is kept."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return
+    keep = [
+        row
+        for row in metric_rows(run_dir)
+        if step is not None
+        and row.get("step", 0) <= (step if row.get("phase") == "train" else step + 1)
+    ]
+    tmp = path.with_name(".metrics.jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
+    tmp.replace(path)
+
+
+def has_eval(run_dir: Path, step: int) -> bool:
+    return any(r.get("phase") == "eval" and r.get("step") == step for r in metric_rows(run_dir))
