@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tracerl.errors import UserError
 from tracerl.rewards.compose import ComponentSpec
@@ -310,6 +310,28 @@ class WarmStartConfig(_Config):
     """Which training tasks (a different draw from the RL steps' tasks)."""
 
 
+class AgentConfig(_Config):
+    """An agent someone already wrote, trained through the gateway (`tracerl.gateway`)."""
+
+    entry: str
+    """The agent, ``package.module:function``: ``async def solve(task, client) -> answer``,
+    `client` a standard ``openai.AsyncOpenAI`` (a plain function gets ``openai.OpenAI``).
+    Each episode is one call; what it returns is the answer the reward reads."""
+    timeout_s: float = Field(300.0, gt=0)
+    """An agent call's wall-time limit (``rollout.budgets.wall_time_s`` wins when smaller):
+    past it the call is cancelled and the episode is a ``timeout``."""
+    policy_exceptions: list[str] = Field(default_factory=list)
+    """Exception classes (``module:Class``, e.g. ``json:JSONDecodeError``) that mean the
+    agent could not use the model's answer: such a crash is the policy's fault. Any other
+    exception the agent raises is the environment's (unless the model's last turn was
+    unreadable)."""
+    host: str = "127.0.0.1"
+    """Where the gateway listens (the agents run in this process; another host only for
+    agents that call it from elsewhere)."""
+    port: int = Field(0, ge=0)
+    """0: a free port."""
+
+
 class ReportConfig(_Config):
     sinks: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
     """Where metrics go. ``metrics.jsonl`` is always written (the report reads it); add
@@ -336,8 +358,18 @@ class RunConfig(_Config):
     """What shapes one episode: budgets, the terminal reserve, retries, token limits."""
     warm_start: WarmStartConfig | None = None
     """None: RL from the model as loaded."""
+    agent: AgentConfig | None = None
+    """An agent function to train through the gateway instead of tracerl's own episode
+    runner (``agent: mypkg.agent:solve`` is short for ``agent: {entry: ...}``); the
+    environment then supplies the tasks and the reward. None: the environment's tools,
+    run by tracerl."""
     report: ReportConfig = Field(default_factory=lambda: ReportConfig())
     """Where metrics go."""
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_shorthand(cls, value: Any) -> Any:
+        return {"entry": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _remote_sampling(self) -> RunConfig:
@@ -365,6 +397,11 @@ class RunConfig(_Config):
                 "trainer.rollout.weight_sync=lora hot-loads LoRA adapters into the server at "
                 "sampler_url: set model.lora, or give a full-weight hook "
                 "(weight_sync: package.module:factory)"
+            )
+        if self.agent is not None and r.backend == "ray":
+            raise ValueError(
+                "agent runs its episodes through the training process's gateway; "
+                "trainer.rollout.backend=ray is not supported with it: use inprocess"
             )
         return self
 

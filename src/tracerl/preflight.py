@@ -197,6 +197,15 @@ def prepare(cfg: RunConfig) -> Prepared:
             import_ray()
         except ImportError as e:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
+    if cfg.agent is not None:  # the agent loads, the openai SDK is there, the classes exist
+        from tracerl.gateway.agent import import_openai, load_agent, policy_exception_types
+
+        try:
+            load_agent(cfg.agent.entry)
+            import_openai()
+            policy_exception_types(cfg.agent.policy_exceptions)
+        except UserError as e:
+            raise _fail("agent", e) from e
     if cfg.model.engine == "vllm":  # installed? (a model it cannot serve fails its start)
         from tracerl.engines.vllm import find_vllm_python
 

@@ -77,6 +77,11 @@ class ActionParser(Protocol):
 
     def format_answer(self, answer: str) -> str: ...
 
+    def strip_calls(self, text: str) -> str:
+        """`text` without its tool calls: the ``content`` an OpenAI-style answer carries
+        beside its ``tool_calls`` (`tracerl.gateway`)."""
+        ...
+
 
 _TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -137,6 +142,9 @@ class _TaggedJsonParser:
 
     def format_answer(self, answer: str) -> str:
         return answer
+
+    def strip_calls(self, text: str) -> str:
+        return _TAG.sub("", text).strip()
 
 
 class HermesParser(_TaggedJsonParser):
@@ -200,6 +208,9 @@ class SearchR1Parser:
 
     def format_answer(self, answer: str) -> str:
         return f"<answer>{answer}</answer>"
+
+    def strip_calls(self, text: str) -> str:
+        return self._search.sub("", text).strip()
 
 
 PARSERS: dict[str, type[ActionParser]] = {

@@ -186,6 +186,37 @@ class Conversation:
             self.step += 1
             return new
 
+    def restart(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        *,
+        reason: str,
+    ) -> list[Segment]:
+        """Close the current sample and start a new one whose prompt is `messages`: the
+        history was rewritten by whoever holds it (an agent harness that dropped, edited or
+        reordered earlier messages: `tracerl.gateway`). Nothing is spliced: earlier model
+        turns in `messages` are prompt tokens of the new sample, never policy tokens.
+
+        `reason` is recorded as the closed sample's ``history_break``. A current sample
+        with no model turn yet is replaced, not kept (it holds nothing that was sampled).
+        Returns the new sample's prompt segments."""
+        with self._transaction():
+            sampled = any(s.source is Source.POLICY for s in self._segments)
+            if sampled:
+                self._steps[-1]["history_break"] = reason
+                self._closed.append(self.trajectory())
+            if self._turn is not None:
+                self.step += 1  # the break takes the place of the observation
+            self.tools = list(tools) if tools else None
+            self.messages, self.open_calls, self._answered = [], {}, set()
+            for i, m in enumerate(messages):
+                self.messages.append(self._accept(m, f"restart message {i}", initial=True))
+            if not self.messages:
+                raise TrajectoryError("conversation: a restart needs at least one message")
+            self._start_sample(*self._prompt(self.messages))
+            return list(self._segments)
+
     # ---- internals -------------------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[None]:

@@ -57,6 +57,7 @@ async def sample_groups(
     group_size: int,
     score: ScoreFn,
     seed: int = 0,
+    backend: Any = None,
 ) -> Sample:
     """The tasks' groups, all at once (as a training step samples them), scored."""
     t0 = time.perf_counter()
@@ -69,6 +70,7 @@ async def sample_groups(
         seed=seed,
         max_concurrent_episodes=max(16, len(tasks) * group_size),
         score=score,
+        backend=backend,
     )
     return Sample(groups, time.perf_counter() - t0)
 

@@ -41,6 +41,7 @@ def readiness_from_config(
     ``hf:DIR``) measured on the same tasks."""
     from tracerl.engines import open_engine
     from tracerl.envs.registry import env_factory
+    from tracerl.gateway.agent import agent_backend
     from tracerl.preflight import prepare
     from tracerl.train.loop import build_policy, learner_config, train_tasks
 
@@ -54,7 +55,10 @@ def readiness_from_config(
     other = build_policy(cfg, compare)[2] if compare else None  # `compare` samples in process
     # model.engine: vllm samples on a vLLM server of its own, logged in a temporary folder
     scratch = Path(tempfile.mkdtemp(prefix="tracerl-readiness-"))
-    with open_engine(cfg, bundle, policy, scratch, log=lambda line: None) as engine:
+    with (
+        open_engine(cfg, bundle, policy, scratch, log=lambda line: None) as engine,
+        agent_backend(cfg, engine.policy) as backend,
+    ):
         numbers = asyncio.run(
             measure_readiness(
                 env_factory(cfg.env.name, cfg.env.kwargs),
@@ -68,6 +72,7 @@ def readiness_from_config(
                 learner_config=learner_config(cfg),
                 compare=other,
                 seed=t.seed,
+                backend=backend,
             )
         )
     shutil.rmtree(scratch, ignore_errors=True)

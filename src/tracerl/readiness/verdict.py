@@ -225,11 +225,13 @@ async def measure_readiness(
     learner_config: Any = None,
     compare: Policy | None = None,
     seed: int = 0,
+    backend: Any = None,
 ) -> dict[str, dict[str, float]]:
     """The numbers of all four questions, from one sampled step (`tasks` x `group_size`).
     `model` / `learner_config`: time one update on a copy (else the update is not timed);
-    `compare`: a second policy (an SFT checkpoint) sampled on the same tasks."""
-    sample = await M.sample_groups(env, tasks, policy, rollout, group_size, score, seed)
+    `compare`: a second policy (an SFT checkpoint) sampled on the same tasks; `backend`:
+    where episodes run (an agent's gateway: `tracerl.gateway`)."""
+    sample = await M.sample_groups(env, tasks, policy, rollout, group_size, score, seed, backend)
     episodes = sample.episodes
     environment = {
         **await M.reset_numbers(env, tasks[: M.RESET_TASKS], seed),
@@ -238,7 +240,9 @@ async def measure_readiness(
     }
     headroom = M.headroom_numbers(sample.groups)
     if compare is not None:
-        other = await M.sample_groups(env, tasks, compare, rollout, group_size, score, seed)
+        other = await M.sample_groups(
+            env, tasks, compare, rollout, group_size, score, seed, backend
+        )
         theirs = M.headroom_numbers(other.groups)
         headroom.update(
             {f"compare_{k}": theirs[k] for k in ("pass_at_1", "pass_at_k", "format_valid_rate")}

@@ -86,6 +86,7 @@ def evaluate_config(
     as a run directory (stage ``baseline``, step 0)."""
     from tracerl.engines import open_engine
     from tracerl.envs.registry import env_factory
+    from tracerl.gateway.agent import agent_backend
     from tracerl.train.loop import build_policy, refuse_existing_run
 
     refuse_existing_run(out, "pick another --out")
@@ -102,9 +103,21 @@ def evaluate_config(
     try:
         env = env_factory(cfg.env.name, cfg.env.kwargs)
         # the engine starts on the weights as loaded (a server: they are its base weights)
-        with open_engine(cfg, bundle, policy, out, bars.line) as engine:
+        with (
+            open_engine(cfg, bundle, policy, out, bars.line) as engine,
+            agent_backend(cfg, engine.policy) as backend,
+        ):
             return evaluate(
-                cfg, env, prepared.probe, engine.policy, prepared.reward, sink, 0, bars, "baseline"
+                cfg,
+                env,
+                prepared.probe,
+                engine.policy,
+                prepared.reward,
+                sink,
+                0,
+                bars,
+                "baseline",
+                backend,
             )
     finally:
         sink.close()

@@ -38,10 +38,10 @@ from tracerl.preflight import Prepared, prepare
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
+from tracerl.rollout.backends import episode_backend
 from tracerl.rollout.episode import ScoreFn
 from tracerl.rollout.groups import RolloutBackend
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
-from tracerl.rollout.ray_workers import rollout_backend
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
@@ -119,7 +119,7 @@ def train(
     try:
         with (
             open_engine(cfg, bundle, policy, run_dir, log) as engine,
-            rollout_backend(cfg, bundle, sampler, engine.policy, engine) as backend,
+            episode_backend(cfg, bundle, sampler, engine.policy, engine) as backend,
         ):
             return _train(cfg, ckpt, resume, bundle, engine, probe, reward, sink, bars, backend)
     finally:

@@ -42,6 +42,11 @@ class StopReason(StrEnum):
     TIMEOUT = "timeout"
     """The episode's wall-time budget ran out. Wall time measures the machine as much as the
     policy, so such an episode is attributed to the environment."""
+    AGENT_ERROR = "agent_error"
+    """An agent harness driving the model through the gateway (`tracerl.gateway`) raised,
+    or finished without calling the model. Whose fault it is says the attribution: the
+    environment's (the harness and its tools are the environment), unless it crashed on
+    the model's own unreadable output."""
 
     @property
     def is_budget(self) -> bool:
@@ -220,6 +225,10 @@ class Receipt:
     """Filled by the reward stage: what the verifier checked and found."""
     started_at: str | None = None
     wall_time_s: float | None = None
+    agent: dict[str, Any] | None = None
+    """For an episode an agent harness drove through the gateway (`tracerl.gateway`): the
+    agent's import path, its session, requests, history breaks, what it returned or raised
+    (and whose fault that was); None: tracerl's own episode runner."""
     worker: dict[str, Any] | None = None
     """Where it ran when not in the training process (``{"backend": "ray", "worker",
     "node", "pid", "failed_attempts": [{"worker", "error"}]}``: rollout workers that died

@@ -1,0 +1,369 @@
+"""Training an agent someone already wrote: ``agent: mypkg.agent:solve`` in a config.
+
+The agent is an async function ``solve(task, client) -> answer`` where `client` is a
+standard ``openai.AsyncOpenAI`` (a plain function gets an ``openai.OpenAI``). tracerl
+calls it once per episode, each call with its own gateway session (the client's API key
+names it) and its own thread and event loop, so one harness that blocks cannot stall
+another, and the run can always take its episodes back:
+
+    run_group -> AgentBackend.run_episode(task, seed, episode id)
+        opens a session (the run's sampler, rollout budgets, the episode's seed)
+        runs solve(task, client) in a thread of its own       -> requests to the gateway
+        waits at most agent.timeout_s (or budgets.wall_time_s)
+        <- the session's episode: trajectories, steps, ledger, receipt (``agent``)
+
+How the episode ends, and whose it is (only the policy's episodes train it):
+
+* the agent returns a value: ``answered`` (the value is the answer the reward reads), or
+  ``env_terminated`` when it returns None, or ``max_tokens`` when the model's last turn was
+  an answer cut off by the token limit (as for native episodes);
+* a budget refused a request (``budgets.steps`` model turns, tokens, context): that budget's
+  stop reason, as for native episodes, whatever the agent did next;
+* it raised: ``agent_error``, the environment's (the harness and its tools are the
+  environment), unless the model's last turn was unreadable (a parse error, a call to a
+  tool it was not offered, arguments its schema refuses) or the exception is one of
+  ``agent.policy_exceptions`` (the agent could not use the model's answer): then the
+  policy's;
+* it returned without ever calling the model: ``agent_error``, the environment's;
+* it ran past its time: ``timeout`` (the environment's): its task is cancelled, then an
+  exception is raised in its thread; a thread that still does not stop (blocked in C) is
+  abandoned, never waited for;
+* the sampler failed (a server down): ``infra_failure``, the environment's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import ctypes
+import inspect
+import json
+import logging
+import math
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tracerl.envs.base import Env
+from tracerl.errors import UserError
+from tracerl.gateway.server import Gateway
+from tracerl.gateway.session import GatewaySession, new_token
+from tracerl.imports import load_object
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.episode import Episode, Policy
+from tracerl.types import StopReason
+
+log = logging.getLogger("tracerl")
+GRACE_S = 2.0  # how long a cancelled agent gets to stop, before its thread is interrupted
+OPENAI_PIP = "pip install 'tracerl[agents]'"
+
+
+class AgentStopped(BaseException):
+    """Raised inside an agent's thread that ran past its time (and ignored cancellation)."""
+
+
+@dataclass
+class AgentOutcome:
+    """How one agent call ended."""
+
+    result: Any = None
+    exception: BaseException | None = None
+    traceback: str | None = None
+    timed_out: bool = False
+
+
+def import_openai() -> Any:
+    try:
+        import openai
+    except ImportError:
+        raise UserError(
+            "agent: the agent's client is the openai SDK, which is not installed",
+            f"{OPENAI_PIP} (or pip install openai)",
+        ) from None
+    return openai
+
+
+def load_agent(entry: str) -> Callable[..., Any]:
+    """The agent function at ``package.module:function``, checked: callable with a task
+    and a client."""
+    fn = load_object(entry, "agent")
+    if not callable(fn):
+        raise UserError(
+            f"agent {entry!r} is a {type(fn).__name__}, not a function",
+            "point agent at a function solve(task, client) -> answer",
+        )
+    try:
+        inspect.signature(fn).bind({}, object())
+    except TypeError:
+        raise UserError(
+            f"agent {entry!r} cannot be called as {getattr(fn, '__name__', entry)}(task, client)",
+            "give it the signature solve(task, client) -> answer",
+        ) from None
+    except ValueError:  # no signature to inspect (a builtin): try it at run time
+        pass
+    return fn
+
+
+class AgentThread(threading.Thread):
+    """One agent call on a thread and event loop of its own; `done(outcome)` when it ends."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        task: dict[str, Any],
+        base_url: str,
+        token: str,
+        timeout_s: float,
+        done: Callable[[AgentOutcome], None],
+    ) -> None:
+        super().__init__(name=f"tracerl-agent-{token[-6:]}", daemon=True)
+        self.fn, self.task, self.base_url, self.token = fn, task, base_url, token
+        self.timeout_s, self.done = timeout_s, done
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.main: asyncio.Task[Any] | None = None
+
+    def run(self) -> None:
+        try:
+            if inspect.iscoroutinefunction(self.fn):
+                result = self._run_async()
+            else:
+                result = self.fn(copy.deepcopy(self.task), self._client("OpenAI"))
+                if inspect.isawaitable(result):
+                    raise TypeError("the agent returned an awaitable: make it an async def")
+            outcome = AgentOutcome(result=result)
+        except BaseException as e:  # everything the agent raises is recorded, nothing escapes
+            outcome = AgentOutcome(exception=e, traceback=traceback.format_exc(limit=20))
+        self.done(outcome)
+
+    def _client(self, kind: str) -> Any:
+        openai = import_openai()
+        return getattr(openai, kind)(
+            base_url=f"{self.base_url}/v1",
+            api_key=self.token,
+            max_retries=0,  # a failed turn is the gateway's to report, never re-sent blindly
+            timeout=self.timeout_s,
+        )
+
+    def _run_async(self) -> Any:
+        self.loop = loop = asyncio.new_event_loop()
+
+        async def main() -> Any:
+            async with self._client("AsyncOpenAI") as client:
+                return await self.fn(copy.deepcopy(self.task), client)
+
+        try:
+            self.main = loop.create_task(main())
+            return loop.run_until_complete(self.main)
+        finally:
+            with contextlib.suppress(Exception):
+                rest = asyncio.all_tasks(loop)
+                for t in rest:
+                    t.cancel()
+                loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+            loop.close()
+
+    def cancel(self) -> None:
+        """Cancel the agent's task (async agents)."""
+        loop, main = self.loop, self.main
+        if loop is not None and main is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already closed: it ended
+                loop.call_soon_threadsafe(main.cancel)
+
+    def interrupt(self) -> None:
+        """Raise `AgentStopped` in the thread (it takes effect at its next Python
+        bytecode: a thread blocked in C code stays blocked)."""
+        if self.ident is not None and self.is_alive():
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.ident), ctypes.py_object(AgentStopped)
+            )
+
+
+class AgentBackend:
+    """A `RolloutBackend` whose episodes are calls of an agent function through a gateway.
+
+    The environment named in the config supplies the tasks (and the reward); it is built
+    per episode only for the receipt, never reset or stepped: the agent and its own tools
+    are the environment of these episodes."""
+
+    def __init__(
+        self,
+        entry: str,
+        gateway: Gateway,
+        *,
+        timeout_s: float = 300.0,
+        policy_exceptions: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.entry = entry
+        self.fn = load_agent(entry)
+        import_openai()
+        self.gateway = gateway
+        self.timeout_s = timeout_s
+        self.policy_exceptions = policy_exceptions
+
+    async def run_episode(
+        self,
+        env: Callable[[], Env],
+        task: dict[str, Any],
+        policy: Policy,
+        config: RolloutConfig | None,
+        *,
+        seed: int,
+        episode_id: str,
+    ) -> Episode:
+        cfg = config or RolloutConfig()
+        instance = env()
+        loop = asyncio.get_running_loop()
+        session = GatewaySession(
+            new_token(),
+            policy,
+            cfg,
+            seed=seed,
+            episode_id=episode_id,
+            task=task,
+            env=instance,
+            loop=loop,
+        )
+        wall = cfg.budgets.wall_time_s
+        limit = min(self.timeout_s, wall if wall is not None else math.inf)
+        self.gateway.add(session)
+        try:
+            outcome = await self._call(session, task, limit)
+            return self._finish(session, outcome, limit)
+        finally:
+            session.closed = True
+            self.gateway.remove(session.token)
+            try:
+                await instance.close()
+            except Exception as e:  # a finished episode is kept even if cleanup fails
+                log.warning("%s: env.close() failed: %s: %s", episode_id, type(e).__name__, e)
+
+    async def _call(self, session: GatewaySession, task: dict[str, Any], limit: float) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AgentOutcome] = loop.create_future()
+
+        def done(outcome: AgentOutcome) -> None:
+            def settle() -> None:
+                if not future.done():
+                    future.set_result(outcome)
+
+            with contextlib.suppress(RuntimeError):  # the run's loop is gone: nobody waits
+                loop.call_soon_threadsafe(settle)
+
+        assert self.gateway.url is not None, "the gateway is not listening"
+        thread = AgentThread(self.fn, task, self.gateway.url, session.token, limit, done)
+        thread.start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), limit)
+        except TimeoutError:
+            session.closed = True  # its requests in flight are refused from now on
+            await self._stop(thread, future, session.episode_id)
+            return AgentOutcome(timed_out=True)
+        finally:
+            if thread.is_alive() and not future.done():  # the run is being torn down
+                session.closed = True
+                thread.cancel()
+
+    async def _stop(self, thread: AgentThread, future: asyncio.Future[Any], eid: str) -> None:
+        """Cancel, then interrupt, then abandon: never wait on a harness for ever."""
+        for action in (thread.cancel, thread.interrupt):
+            action()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(future), GRACE_S)
+                return
+        log.warning(
+            "episode %s: the agent's thread did not stop after its timeout (blocked in C "
+            "code?); it is abandoned and keeps running in the background",
+            eid,
+        )
+
+    def _finish(self, session: GatewaySession, outcome: AgentOutcome, limit: float) -> Episode:
+        agent: dict[str, Any] = {"entry": self.entry, "timeout_s": limit}
+        answer = None
+        e = outcome.exception
+        if e is not None:
+            agent["exception"] = f"{type(e).__name__}: {e}"
+            agent["traceback"] = outcome.traceback
+        if session.env_fault or session.unknown_fault:
+            stop = StopReason.INFRA_FAILURE  # the sampler failed (`session.error` says how)
+        elif session.stop is not None:
+            stop = session.stop  # a budget refused a request: whatever the agent did next
+        elif outcome.timed_out:
+            stop = StopReason.TIMEOUT
+            session.error = (
+                f"the agent did not finish within {limit:g} s ({session.requests} requests)"
+            )
+        elif e is not None:
+            stop = StopReason.AGENT_ERROR
+            owner = "policy" if self._policys(session, e) else "environment"
+            agent["exception_owner"] = owner
+            session.error = f"the agent raised {type(e).__name__}: {e}"
+            session.env_fault = owner == "environment"
+        elif session.ledger.used["steps"] == 0:
+            stop = StopReason.AGENT_ERROR
+            session.error = "the agent finished without calling the model"
+            session.env_fault = True
+        elif outcome.result is None:
+            stop = StopReason.ENV_TERMINATED
+        elif _cut_answer(session):
+            stop = StopReason.MAX_TOKENS  # as natively: an answer cut off by the token limit
+        else:
+            stop, answer = StopReason.ANSWERED, jsonable(outcome.result)
+        agent["returned"] = None if outcome.result is None else jsonable(outcome.result)
+        return session.finish(stop, answer=answer, agent=agent)
+
+    def _policys(self, session: GatewaySession, e: BaseException) -> bool:
+        """Is the agent's crash the model's doing? Its last turn was unreadable, or the
+        exception is one the config names as the agent failing to use the model's answer."""
+        if isinstance(e, self.policy_exceptions):
+            return True
+        last = session.records.get(max(session.records)) if session.records else None
+        return bool(last and last.get("policy_error"))
+
+
+def _cut_answer(session: GatewaySession) -> bool:
+    """The model's last turn was an answer (no calls) cut off by the token limit."""
+    last = session.records[max(session.records)] if session.records else {}
+    response = last.get("response") or {}
+    return response.get("finish_reason") == "length" and not response.get("tool_calls")
+
+
+def jsonable(value: Any) -> Any:
+    """An agent's return value as the step record keeps it (JSON, or its text)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def policy_exception_types(paths: list[str]) -> tuple[type[BaseException], ...]:
+    out = []
+    for path in paths:
+        obj = load_object(path, "agent.policy_exceptions entry")
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise UserError(
+                f"agent.policy_exceptions: {path!r} is not an exception class",
+                "list exception classes, e.g. json:JSONDecodeError",
+            )
+        out.append(obj)
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def agent_backend(cfg: Any, policy: Policy) -> Iterator[AgentBackend | None]:
+    """The run's agent backend and its gateway (``agent`` in the config), or None."""
+    a = cfg.agent
+    if a is None:
+        yield None
+        return
+    served = getattr(policy.sampler, "model", None) or policy.model_id
+    with Gateway(str(served), host=a.host, port=a.port) as gateway:
+        yield AgentBackend(
+            a.entry,
+            gateway,
+            timeout_s=a.timeout_s,
+            policy_exceptions=policy_exception_types(a.policy_exceptions),
+        )

@@ -1,0 +1,198 @@
+"""The OpenAI chat-completions wire format, as the gateway reads and answers it.
+
+Requests are normalized into tracerl's message form before anything is compared or
+rendered: ``developer`` is ``system``; content given as a list of text parts is the parts
+joined by newlines (vLLM's string form); an assistant message's ``tool_calls`` become
+``{"id", "name", "arguments"}`` with the arguments parsed; fields the template never sees
+(``refusal``, ``audio``, ``annotations`` ...) are dropped. Two messages are the same message
+exactly when their normalized forms are equal: this is what decides whether a request
+extends a session's history or rewrites it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tracerl.types import ToolCall, TrajectoryError
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class GatewayError(Exception):
+    """A request the gateway answers with an error (OpenAI's error body)."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "code": self.code}}
+
+
+def _content(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise GatewayError(
+                    400, f"{where}: content part {j} is {kind!r}; only text parts are supported"
+                )
+            texts.append(str(part.get("text", "")))
+        return "\n".join(texts)
+    raise GatewayError(400, f"{where}: content must be a string or a list of text parts")
+
+
+def tool_call(raw: Any, where: str) -> dict[str, Any]:
+    """An OpenAI tool call (``{"id", "type", "function": {"name", "arguments"}}``, the
+    arguments a JSON string) in tracerl's form."""
+    try:
+        call = ToolCall.from_dict(raw)
+    except TrajectoryError as e:
+        raise GatewayError(400, f"{where}: {e}") from None
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def normalize_messages(raw: Any) -> list[dict[str, Any]]:
+    """Request messages in tracerl's form, or a 400 naming the message at fault."""
+    if not isinstance(raw, list) or not raw:
+        raise GatewayError(400, "messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise GatewayError(400, f"{where}: expected an object with 'role' and 'content'")
+        role = "system" if m.get("role") == "developer" else m.get("role")
+        if role not in ROLES:
+            raise GatewayError(400, f"{where}: unknown role {m.get('role')!r}")
+        msg: dict[str, Any] = {"role": role, "content": _content(m.get("content"), where)}
+        if role == "tool":
+            if not isinstance(m.get("tool_call_id"), str):
+                raise GatewayError(400, f"{where}: a tool message needs its tool_call_id")
+            msg["tool_call_id"] = m["tool_call_id"]
+        if role == "assistant" and m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise GatewayError(400, f"{where}: tool_calls must be a list")
+            msg["tool_calls"] = [
+                tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])
+            ]
+        if isinstance(m.get("name"), str) and m["name"]:
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
+def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
+    """The request's ``tools`` (function tools only), as the chat template renders them."""
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list):
+        raise GatewayError(400, "tools must be a list")
+    out = []
+    for i, t in enumerate(raw):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or t.get("type", "function") != "function" or "name" not in fn:
+            raise GatewayError(400, f"tools[{i}]: expected {{'type': 'function', 'function': ...}}")
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def tool_version(tool: dict[str, Any]) -> str:
+    """A tool's version in receipts: the hash of its schema (the harness runs the tool)."""
+    blob = json.dumps(tool, sort_keys=True, ensure_ascii=False).encode()
+    return "schema:" + hashlib.sha256(blob).hexdigest()[:12]
+
+
+def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Normalized messages compare equal (tool-call arguments as parsed JSON)."""
+    return a == b
+
+
+def first_difference(
+    history: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]]
+) -> str | None:
+    """Where `messages` stops extending `history`, in words; None if it extends it."""
+    for i, (old, new) in enumerate(zip(history, messages, strict=False)):
+        if same_message(old, new):
+            continue
+        if old["role"] != new["role"]:
+            return f"message {i} was {old['role']!r}, is now {new['role']!r}"
+        for key in ("content", "tool_calls", "tool_call_id", "name"):
+            if old.get(key) != new.get(key):
+                before, after = _show(old.get(key)), _show(new.get(key))
+                return f"message {i} ({old['role']}) {key} changed: {before} became {after}"
+    if len(messages) < len(history):
+        return (
+            f"the request has {len(messages)} messages, the session's history {len(history)}: "
+            f"message {len(messages)} ({history[len(messages)]['role']}) was dropped"
+        )
+    return None
+
+
+def _show(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return repr(text[:60] + ("..." if len(text) > 60 else ""))
+
+
+def completion_body(
+    cid: str,
+    model: str,
+    message: dict[str, Any],
+    finish_reason: str,
+    usage: dict[str, int],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """A ``chat.completion`` object."""
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        ],
+        "usage": usage,
+        **extra,
+    }
+
+
+def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same answer as ``chat.completion.chunk`` events (the whole turn is sampled before
+    it is sent: a role chunk, the content, the tool calls, the finish reason, the usage)."""
+    choice = body["choices"][0]
+    msg = choice["message"]
+    head = {k: body[k] for k in ("id", "created", "model")}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        c = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return {**head, "object": "chat.completion.chunk", "choices": [c]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if msg.get("content"):
+        out.append(chunk({"content": msg["content"]}))
+    if msg.get("tool_calls"):
+        calls = [{"index": i, **c} for i, c in enumerate(msg["tool_calls"])]
+        out.append(chunk({"tool_calls": calls}))
+    out.append(chunk({}, choice["finish_reason"]))
+    out.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": body["usage"]})
+    return out
+
+
+def openai_tool_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for c in calls
+    ]

@@ -1,0 +1,192 @@
+"""The gateway's HTTP endpoint: OpenAI's chat-completions route over gateway sessions.
+
+    POST /v1/chat/completions    messages, tools, tool_choice, max_tokens, n=1, stream
+    GET  /v1/models              the served model
+    GET  /health                 200
+    GET  /tracerl/sessions       every open session: requests, samples, history breaks
+    GET  /tracerl/sessions/ID    one session's samples: token ids, sources, loss mask, text
+
+A request belongs to the session its client names, in this order: an ``X-Tracerl-Session``
+header, the request's ``user`` field, or the API key (``Authorization: Bearer KEY``) — so
+an unmodified OpenAI SDK client given only ``base_url`` and ``api_key`` is one session.
+Unknown names are refused (401) during training, where tracerl hands every episode's
+harness its own key; `tracerl gateway` opens a session for each new name instead.
+
+HTTP is the standard library's threaded server (as `tracerl serve`'s); each request is
+answered on its session's event loop, where the run's sampler batches the turns of every
+session that waits at once. ``stream: true`` gets the same answer as server-sent events
+(the turn is sampled whole, then sent as chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from tracerl.gateway.chat import GatewayError, stream_chunks
+from tracerl.gateway.session import GatewaySession
+from tracerl.jsonhttp import JSONHandler
+
+MAX_BODY = 32 << 20
+CHAT_ROUTES = ("/v1/chat/completions", "/chat/completions")
+
+
+class Gateway:
+    """Sessions by key, and the HTTP server that answers them.
+
+    `open_session(name)` makes a session for a name nobody registered (`tracerl gateway`);
+    without it such requests are refused. `request_timeout_s` bounds how long an HTTP
+    request may wait for its answer (queueing for the sampler included)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        open_session: Callable[[str], GatewaySession] | None = None,
+        request_timeout_s: float = 600.0,
+    ) -> None:
+        self.model, self.host, self.port = model, host, port
+        self.open_session = open_session
+        self.request_timeout_s = request_timeout_s
+        self.sessions: dict[str, GatewaySession] = {}
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self.url: str | None = None
+
+    # ---- sessions --------------------------------------------------------------------------
+    def add(self, session: GatewaySession) -> None:
+        with self._lock:
+            self.sessions[session.token] = session
+
+    def remove(self, token: str) -> GatewaySession | None:
+        with self._lock:
+            return self.sessions.pop(token, None)
+
+    def find(self, headers: Any, body: dict[str, Any]) -> GatewaySession:
+        names = [headers.get("X-Tracerl-Session"), body.get("user")]
+        auth = headers.get("Authorization") or ""
+        if auth.lower().startswith("bearer "):
+            names.append(auth[7:].strip())
+        names = [n for n in names if isinstance(n, str) and n]
+        with self._lock:
+            for name in names:
+                if name in self.sessions:
+                    return self.sessions[name]
+            if self.open_session is not None and names:
+                session = self.open_session(names[0])
+                self.sessions[names[0]] = session
+                return session
+        raise GatewayError(
+            401,
+            "no gateway session has this name; use the API key (or X-Tracerl-Session "
+            "header) tracerl gave this episode",
+            "unknown_session",
+        )
+
+    # ---- HTTP ------------------------------------------------------------------------------
+    def start(self) -> str:
+        """Listen; returns the base URL (``http://host:port``; clients add ``/v1``)."""
+        self._httpd = ThreadingHTTPServer((self.host, self.port), _handler(self))
+        self._httpd.daemon_threads = True
+        threading.Thread(
+            target=self._httpd.serve_forever, name="tracerl-gateway", daemon=True
+        ).start()
+        self.url = f"http://{self.host}:{self._httpd.server_address[1]}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> Gateway:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def chat(self, headers: Any, raw: bytes) -> dict[str, Any]:
+        """One chat-completions request, answered (or a `GatewayError`)."""
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as e:
+            raise GatewayError(400, f"the request body is not JSON: {e.msg}") from None
+        if not isinstance(body, dict):
+            raise GatewayError(400, "the request body must be a JSON object")
+        session = self.find(headers, body)
+        if session.loop is None or session.loop.is_closed():
+            raise GatewayError(409, f"session {session.episode_id} is not running", "closed")
+        future = asyncio.run_coroutine_threadsafe(session.complete(body), session.loop)
+        try:
+            answer = future.result(timeout=self.request_timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise GatewayError(504, "no answer in time (the sampler is overloaded?)") from None
+        except concurrent.futures.CancelledError:
+            raise GatewayError(409, f"session {session.episode_id} ended", "closed") from None
+        answer["stream"] = bool(body.get("stream"))
+        return answer
+
+    def get(self, path: str) -> tuple[int, dict[str, Any]]:
+        if path == "/health":
+            return 200, {"status": "ok"}
+        if path in ("/v1/models", "/models"):
+            return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        with self._lock:
+            sessions = list(self.sessions.values())
+        if path == "/tracerl/sessions":
+            return 200, {"sessions": [s.summary() for s in sessions]}
+        if path.startswith("/tracerl/sessions/"):
+            name = path.rsplit("/", 1)[1]
+            for s in sessions:
+                if name in (s.token, s.episode_id) and s.conv is not None:
+                    samples = [t.to_dict() for t in s.conv.samples()]
+                    return 200, {**s.summary(), "samples": samples}
+            return 404, {"error": {"message": f"no session {name!r}"}}
+        return 404, {"error": {"message": f"no route GET {path}"}}
+
+
+def _handler(gateway: Gateway) -> type:
+    class Handler(JSONHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            self._send(*gateway.get(self.path.split("?")[0]))
+
+        def do_POST(self) -> None:
+            path = self.path.split("?")[0]
+            n = int(self.headers.get("Content-Length", 0))
+            if n > MAX_BODY:
+                self.close_connection = True
+                return self._send(413, {"error": {"message": "request body too large"}})
+            raw = self.rfile.read(n) if n else b""
+            if path not in CHAT_ROUTES:
+                return self._send(404, {"error": {"message": f"no route POST {path}"}})
+            try:
+                answer = gateway.chat(self.headers, raw)
+            except GatewayError as e:
+                return self._send(e.status, e.body())
+            except Exception as e:  # answered, never a dropped connection
+                err = GatewayError(500, f"{type(e).__name__}: {e}", "internal")
+                return self._send(500, err.body())
+            if not answer.pop("stream"):
+                return self._send(200, answer)
+            events = "".join(f"data: {json.dumps(c)}\n\n" for c in stream_chunks(answer))
+            data = (events + "data: [DONE]\n\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler

@@ -1,0 +1,523 @@
+"""One gateway session: an agent harness's chat requests turned into a provenance-tagged
+episode, token by token.
+
+A session is one episode. Its first request's messages (and tools) are rendered by the
+model's chat template as the prompt (`tracerl.models.Conversation`). Each answer is sampled
+from the run's sampler and appended verbatim as policy tokens, with its log-probs. A later
+request *extends* the session when its messages start with exactly the session's history
+(the earlier request's messages, then the assistant message the gateway answered, as the
+harness echoes it back); the new messages after that are an observation, rendered as the
+template's delta (tool results are `environment`, repeats of the model's call `echo`,
+scaffold `template`), exactly as tracerl's own episode runner appends them.
+
+A request that does not extend the history is a *rewrite*: a message dropped, edited or
+reordered, the model's reasoning stripped from an earlier answer, the system prompt or the
+tools changed, a request repeated without its answer (a retry or a resample). The gateway
+does not guess what the harness meant: it closes the current sample, records the break
+(``history_break`` in the sample's last step, with what differed) and starts a new sample
+of the same episode whose prompt is the request as it now stands. Earlier model turns in
+that prompt are prompt tokens; no token is ever a policy token unless it was sampled, in
+that sample, by the sampler.
+
+Budgets are the run's (`RolloutConfig.budgets`): `steps` caps the requests answered (model
+turns), `sampled_tokens` and `context_tokens` cap tokens as for native episodes. A request
+past a budget is refused (HTTP 400, ``budget_exhausted``) and the episode stops for that
+budget. Sampling parameters are the run's: a request's temperature, top_p, stop or seed
+are recorded and not applied (the learner computes log-probs at the run's temperature).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tracerl.envs.base import Env, StepResult
+from tracerl.envs.tools import ToolResult
+from tracerl.gateway.chat import (
+    GatewayError,
+    completion_body,
+    first_difference,
+    normalize_messages,
+    normalize_tools,
+    openai_tool_calls,
+    tool_version,
+)
+from tracerl.rollout.budget import Ledger, RolloutConfig
+from tracerl.rollout.episode import Policy, episode_seed
+from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
+from tracerl.types import Fault, FaultKind, StopReason, ToolCall, TrajectoryError
+
+log = logging.getLogger("tracerl")
+
+# request fields that would change sampling, which the run's sampler decides
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "response_format",
+    "reasoning_effort",
+)
+
+
+def new_token() -> str:
+    """A session key: what a harness passes as its API key (unguessable, so one episode's
+    harness cannot write into another's session)."""
+    return "trs-" + secrets.token_hex(12)
+
+
+class GatewaySession:
+    """One episode's requests, conversation, step records and budget ledger.
+
+    Attributes mirror the episode runner's per-episode state (`env`, `task`, `policy`,
+    `cfg`, `ledger`, `records`, `conv`, fault flags), so the finished session becomes an
+    `Episode` through the same `finish_episode`.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        seed: int,
+        episode_id: str,
+        task: dict[str, Any] | None = None,
+        env: Env | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.token = token
+        self.policy, self.cfg, self.seed = policy, config, seed
+        self.episode_id = episode_id
+        self.task = task if task is not None else {"id": episode_id}
+        self.env = env if env is not None else HarnessEnv()
+        self.loop = loop
+        self.replay_id = "ro_" + secrets.token_hex(5)
+        self.t0 = time.perf_counter()
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.ledger = Ledger(self.replay_id, str(self.task.get("id")), config.budgets, None)
+        self.records: dict[int, dict[str, Any]] = {}
+        self.reset_messages: list[dict[str, Any]] = []
+        self.conv: Any = None
+        self.history: list[dict[str, Any]] = []  # the messages the current sample stands for
+        self.tools: list[dict[str, Any]] | None = None
+        self.first_tools: list[dict[str, Any]] | None = None
+        self.awaiting_observation = False  # the last request was answered
+        self.answered_at = 0.0
+        self.requests = 0
+        self.breaks: list[dict[str, Any]] = []
+        self.ignored: set[str] = set()
+        self.unanswered: dict[str, Any] | None = None  # the last request, if it got no answer
+        self.stop: StopReason | None = None  # a budget that ended the episode
+        self.closed = False
+        self.error: str | None = None
+        self.env_fault = self.unknown_fault = self.eval_fault = False
+        self._sampled: dict[str, str] = {}  # an answer (normalized) -> the text sampled
+        self._lock = asyncio.Lock()
+
+    # ---- a request -------------------------------------------------------------------------
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one chat-completions request (one at a time per session)."""
+        async with self._lock:
+            return await self._complete(body)
+
+    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_open()
+        if body.get("n") not in (None, 1):
+            raise GatewayError(400, "n must be 1: one answer per request (run a group instead)")
+        messages = normalize_messages(body.get("messages"))
+        tools = normalize_tools(body.get("tools"))
+        if messages[-1]["role"] == "assistant":
+            raise GatewayError(
+                400,
+                "the last message is the assistant's: continuing an assistant message is not "
+                "supported; end the request with a user or tool message",
+            )
+        self.requests += 1
+        self.ignored |= {k for k in SAMPLING_FIELDS if body.get(k) is not None}
+        request = self._update(messages, tools)
+        self.unanswered = request  # until it is answered
+        stop = self._stop_before_turn()
+        if stop is not None:
+            self.stop = stop
+            raise GatewayError(400, self._budget_message(stop), "budget_exhausted")
+        t0 = time.perf_counter()
+        res = await self._sample(body)
+        self._check_open()  # the episode may have ended while the turn was sampled
+        self.unanswered = None
+        return self._answer(res, body, request, time.perf_counter() - t0)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise GatewayError(
+                409, f"session {self.episode_id} has ended; it takes no more requests", "closed"
+            )
+        if self.stop is not None:
+            raise GatewayError(400, self._budget_message(self.stop), "budget_exhausted")
+
+    def _budget_message(self, stop: StopReason) -> str:
+        return (
+            f"this episode stopped ({stop.value}): its budget is spent "
+            f"({self.ledger.used['steps']} model turns, {self.ledger.used['sampled_tokens']} "
+            "tokens sampled); return your answer"
+        )
+
+    # ---- history: extend, or break ---------------------------------------------------------
+    def _update(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """Bring the conversation to `messages`; returns what the step records of it."""
+        if self.conv is None:
+            try:
+                self.conv = self.policy.renderer.start(
+                    self._for_template(messages), tools, episode_id=self.episode_id
+                )
+            except TrajectoryError as e:
+                raise GatewayError(400, f"the messages cannot be rendered: {e}") from None
+            self.reset_messages, self.first_tools = messages, tools
+            self.history, self.tools = messages, tools
+            return {"messages": messages}
+        reason = self._rewrite(messages, tools)
+        if reason is not None:
+            return self._break(messages, tools, reason)
+        new = messages[len(self.history) :]
+        if self.awaiting_observation:
+            self._observe(new)
+        self.history = messages
+        return {"new_messages": new}
+
+    def _rewrite(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str | None:
+        """Why `messages` does not extend the session's history (None when it does)."""
+        if tools != self.tools:
+            return "the tools changed"
+        diff = first_difference(self.history, messages)
+        if diff is not None:
+            return diff
+        new = messages[len(self.history) :]
+        if self.awaiting_observation and not new:
+            return "the request repeats the last one without its answer (a retry or resample)"
+        if not self.awaiting_observation and new:
+            return "the previous request got no answer, and the harness went on without it"
+        for i, m in enumerate(new, start=len(self.history)):
+            if m["role"] == "assistant":
+                return f"message {i} is an assistant message the model did not sample"
+        return None
+
+    def _break(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reason: str
+    ) -> dict[str, Any]:
+        at = self.conv.step
+        try:
+            self.conv.restart(self._for_template(messages), tools, reason=reason)
+        except TrajectoryError as e:
+            raise GatewayError(400, f"the messages cannot be rendered: {e}") from None
+        self.breaks.append({"step": at, "reason": reason})
+        if not getattr(self.policy.renderer, "warned_history_break", False):
+            self.policy.renderer.warned_history_break = True
+            log.warning(
+                "gateway session %s: the harness rewrote its history (%s); a new sample "
+                "starts (reported once)",
+                self.episode_id,
+                reason,
+            )
+        self.history, self.tools = messages, tools
+        self.awaiting_observation = False
+        return {"messages": messages, "tools": tools, "history_break": reason}
+
+    def _observe(self, new: list[dict[str, Any]]) -> None:
+        """The harness's answer to the model's last turn: tool results, user turns."""
+        step = self.conv.step
+        open_calls = dict(self.conv.open_calls)
+        filled = [
+            {**m, "name": open_calls[m["tool_call_id"]].name}
+            if m["role"] == "tool" and "name" not in m and m["tool_call_id"] in open_calls
+            else m
+            for m in new
+        ]
+        try:
+            self.conv.add_observation(filled)
+        except TrajectoryError as e:
+            raise GatewayError(400, f"the new messages cannot be appended: {e}") from None
+        self.awaiting_observation = False
+        waited_ms = round((time.perf_counter() - self.answered_at) * 1000, 3)
+        rec = self.records[step]
+        rec["observation_messages"] = filled
+        rec["latency_ms"] = waited_ms
+        rec["calls"] = [
+            _call_record(open_calls[m["tool_call_id"]], m, rec)
+            for m in filled
+            if m["role"] == "tool" and m["tool_call_id"] in open_calls
+        ]
+        if self.ledger.events and self.ledger.events[-1]["step"] == step:
+            self.ledger.events[-1]["cost_ms"] = round(waited_ms, 1)
+
+    def _for_template(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Messages as the conversation takes them: an answer the gateway gave is rendered
+        from the text the model sampled for it (its calls in the model's own format); an
+        assistant message the harness wrote gets its calls in that format too."""
+        out = []
+        for m in messages:
+            if m["role"] == "assistant":
+                text = self._sampled.get(_key(m))
+                if text is None:
+                    calls = [(c["name"], c["arguments"]) for c in m.get("tool_calls", [])]
+                    fmt = self.policy.parser.format_calls(calls) if calls else ""
+                    text = "\n".join(t for t in (m["content"], fmt) if t)
+                m = {**m, "content": text}
+            out.append(m)
+        return out
+
+    # ---- a turn ----------------------------------------------------------------------------
+    def _stop_before_turn(self) -> StopReason | None:
+        b, used = self.cfg.budgets, self.ledger.used
+        self.ledger.context_tokens = len(self.conv.token_ids)
+        elapsed = round(time.perf_counter() - self.t0, 4)
+        if b.wall_time_s is not None and elapsed >= b.wall_time_s:
+            return StopReason.TIMEOUT
+        if used["steps"] >= b.steps:
+            return StopReason.MAX_STEPS
+        if b.sampled_tokens is not None and used["sampled_tokens"] >= b.sampled_tokens:
+            return StopReason.MAX_TOKENS
+        if b.context_tokens is not None and self.ledger.context_tokens >= b.context_tokens - 1:
+            return StopReason.CONTEXT_OVERFLOW
+        self.ledger.elapsed_s.append(elapsed)
+        return None
+
+    async def _sample(self, body: dict[str, Any]) -> SampleResult:
+        b, used = self.cfg.budgets, self.ledger.used
+        limit = self.cfg.max_turn_tokens
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        if asked is not None:
+            if not isinstance(asked, int) or asked < 1:
+                raise GatewayError(400, f"max_tokens must be a positive integer, not {asked!r}")
+            limit = min(limit, asked)
+        if b.sampled_tokens is not None:
+            limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
+        if b.context_tokens is not None:
+            limit = min(limit, b.context_tokens - self.ledger.context_tokens)
+        step = self.conv.step
+        request = SampleRequest(
+            self.conv.token_ids,
+            max_tokens=max(1, limit),
+            stop_token_ids=self.policy.renderer.stop_token_ids,
+            seed=episode_seed(self.seed, self.episode_id, "turn", step),
+            episode_id=self.episode_id,
+            turn=step,
+        )
+        try:
+            return await self.policy.sampler.sample(request)
+        except SamplerUnavailable as e:  # the generation server is down: infrastructure
+            self.env_fault, self.error = True, f"sampler unavailable: {e}"
+            raise GatewayError(503, f"the model is unavailable: {e}", "sampler_unavailable") from e
+        except Exception as e:
+            self.unknown_fault, self.error = True, f"sampling failed: {type(e).__name__}: {e}"
+            log.warning("gateway session %s: %s", self.episode_id, self.error)
+            raise GatewayError(500, self.error, "sampling_failed") from e
+
+    def _answer(
+        self, res: SampleResult, body: dict[str, Any], request: dict[str, Any], sample_s: float
+    ) -> dict[str, Any]:
+        renderer, parser = self.policy.renderer, self.policy.parser
+        step = self.conv.step
+        ids = res.token_ids
+        stopped = res.finish_reason == "stop" and ids and ids[-1] in renderer.stop_token_ids
+        text = renderer.decode(ids[:-1] if stopped else ids)
+        action = parser.parse(text, step=step)
+        calls: tuple[ToolCall, ...] = () if action.error else action.tool_calls
+        if body.get("tool_choice") == "none":
+            calls = ()  # the harness asked for no calls: whatever the model wrote is text
+        fault = action.error or check_calls(calls, self.tools)
+        self.conv.add_policy(
+            ids,
+            res.logprobs,
+            finish_reason=res.finish_reason,
+            tool_calls=calls,
+            policy_version=res.policy_version,
+        )
+        self.ledger.used["steps"] += 1
+        self.ledger.used["sampled_tokens"] += len(ids)
+        self.ledger.used["tool_calls"] += len(calls)
+        content = (parser.strip_calls(text) or None) if calls else text
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        normalized: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        if calls:
+            message["tool_calls"] = openai_tool_calls(calls)
+            normalized["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+            ]
+        self._sampled[_key(normalized)] = self.conv.messages[-1]["content"]
+        self.history = [*self.history, normalized]
+        self.awaiting_observation = True
+        self.answered_at = time.perf_counter()
+        finish = "tool_calls" if calls else ("length" if res.finish_reason == "length" else "stop")
+        rec = self.records.setdefault(step, {"elapsed_s": self.ledger.elapsed_s[-1]})
+        rec.update(
+            action=action.to_dict(),
+            policy_error=fault is not None,
+            infra_error=False,
+            attempts=[],
+            request=request,
+            response={
+                "content": content,
+                "tool_calls": normalized.get("tool_calls", []),
+                "finish_reason": finish,
+            },
+            sample_ms=round(sample_s * 1000, 3),
+            reward={"task": None, "attribution": "policy" if fault else None},
+        )
+        if fault is not None:
+            rec["fault"] = fault.to_dict()
+        label = "parse_error" if action.error else "+".join(c.name for c in calls) or "answer"
+        self.ledger.record(step, label, 0.0, len(ids), None)
+        prompt_n = len(self.conv.token_ids) - len(ids)
+        usage = {
+            "prompt_tokens": prompt_n,
+            "completion_tokens": len(ids),
+            "total_tokens": prompt_n + len(ids),
+        }
+        served = getattr(self.policy.sampler, "model", None) or self.policy.model_id
+        extra = {"policy_version": res.policy_version, "tracerl": {"step": step}}
+        return completion_body(
+            f"chatcmpl-{self.replay_id}-{step}", str(served), message, finish, usage, extra
+        )
+
+    # ---- the end ---------------------------------------------------------------------------
+    def finish(
+        self, stop: StopReason, *, answer: Any = None, agent: dict[str, Any] | None = None
+    ) -> Any:
+        """Close the session: the episode it recorded, ended by `stop` (whose it is follows
+        from the fault flags, as for the runner's episodes). `answer` goes into the last
+        step's ``info`` (what rewards read); `agent` into the receipt."""
+        import dataclasses
+
+        from tracerl.rollout.episode import finish_episode
+
+        self.closed = True
+        if answer is not None and self.records:
+            last = max(self.records)
+            self.records[last]["info"] = {"answer": answer}
+        episode = finish_episode(self, stop)
+        receipt = dataclasses.replace(
+            episode.receipt,
+            tool_versions={t["function"]["name"]: tool_version(t) for t in self.first_tools or ()},
+            tool_schemas=[{**t, "x-effect": "unknown"} for t in self.first_tools or ()],
+            tools_in_prompt=bool(self.first_tools),
+            side_effect_guard="unmanaged",
+            agent={
+                **(agent or {}),
+                "session": self.episode_id,
+                "requests": self.requests,
+                "history_breaks": self.breaks,
+                "unanswered": self.unanswered,
+                "ignored_params": sorted(self.ignored),
+            },
+        )
+        receipt.ledger["side_effect_guard"] = "unmanaged"
+        d = receipt.to_dict()
+        episode.receipt = receipt
+        episode.trajectories = [
+            dataclasses.replace(t, receipt=d, _cache={}) for t in episode.trajectories
+        ]
+        return episode
+
+    # ---- inspection --------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        samples = self.conv.samples() if self.conv is not None else []
+        return {
+            "session": self.episode_id,
+            "requests": self.requests,
+            "model_turns": self.ledger.used["steps"],
+            "samples": len(samples),
+            "history_breaks": self.breaks,
+            "closed": self.closed,
+            "stop": self.stop.value if self.stop else None,
+        }
+
+
+def _key(message: dict[str, Any]) -> str:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False)
+
+
+def _call_record(call: ToolCall, message: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """A tool call the model made and the harness answered, in the runner's record form."""
+    fault = rec.get("fault") or {}
+    bad = fault.get("kind") in ("unknown_tool", "invalid_arguments") and call.name in fault.get(
+        "message", ""
+    )
+    return {
+        "call_id": call.id,
+        "action": {"tool": call.name, "args": call.arguments},
+        "tool_version": None,
+        "effect": "unknown",
+        "observation": {
+            "status": "ok",
+            "latency_ms": rec.get("latency_ms", 0.0),
+            "truncated": False,
+            "chars": len(message["content"]),
+        },
+        "env_status": {"service": "ok", "retryable": False},
+        "policy_error": bad,
+        "infra_error": False,
+        "result": ToolResult(message["content"]).to_dict(),
+    }
+
+
+def check_calls(calls: Sequence[ToolCall], tools: list[dict[str, Any]] | None) -> Fault | None:
+    """The model's calls against the request's tools: a tool not offered, or arguments its
+    JSON schema refuses, is the policy's fault (the calls are still returned: the harness
+    decides what to do with them)."""
+    offered = {t["function"]["name"]: t["function"] for t in tools or ()}
+    for c in calls:
+        fn = offered.get(c.name)
+        if fn is None:
+            names = ", ".join(sorted(offered)) or "none"
+            return Fault(FaultKind.UNKNOWN_TOOL, f"unknown tool {c.name!r}; tools: {names}")
+        problem = _schema_problem(c.arguments, fn.get("parameters"))
+        if problem is not None:
+            return Fault(FaultKind.INVALID_ARGUMENTS, f"{c.name}: {problem}")
+    return None
+
+
+def _schema_problem(arguments: dict[str, Any], schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    try:
+        import jsonschema
+    except ImportError:  # the required keys, at least
+        missing = [k for k in schema.get("required", []) if k not in arguments]
+        return f"missing required argument {missing[0]!r}" if missing else None
+    try:
+        jsonschema.validate(arguments, schema)
+    except jsonschema.ValidationError as e:
+        return e.message
+    except jsonschema.SchemaError:
+        return None  # the harness's schema is broken: not the model's fault
+    return None
+
+
+class HarnessEnv(Env):
+    """The environment of a gateway session: the agent harness and its tools, which
+    tracerl does not run. It stands in where an episode needs an env (its receipt)."""
+
+    name = "agent-harness"
+    version = "1"
+    side_effect_guard = "unmanaged"
+
+    async def reset(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        raise RuntimeError("an agent harness drives this episode: nothing to reset")
+
+    async def step(self, action: Any) -> StepResult:
+        raise RuntimeError("an agent harness drives this episode: nothing to step")
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+        return []

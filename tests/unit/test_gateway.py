@@ -1,0 +1,309 @@
+"""The gateway: an unmodified OpenAI-SDK agent's episodes are token for token what the
+native runner makes; history rewrites are recorded breaks; buggy harnesses end bounded and
+attributed. Agents live in `tests/agents.py` (openai SDK only, no tracerl import)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import agents
+from tracerl.envs import ToolEnv, tool
+from tracerl.envs.parsers import get_parser
+from tracerl.gateway import AgentBackend, Gateway
+from tracerl.models import load
+from tracerl.rollout import BatchedHFSampler
+from tracerl.rollout.budget import Budgets, RolloutConfig
+from tracerl.rollout.runner import Policy, run_episode
+from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable, ScriptedSampler
+from tracerl.types import Attribution, Source, StopReason
+
+CFG = RolloutConfig(budgets=Budgets(steps=4), reserve=None, max_turn_tokens=48)
+TASK = {"id": "add-2-3", "a": 2, "b": 3}
+CALL = '<tool_call>[{"name": "add", "arguments": {"a": 2, "b": 3}}]</tool_call>'
+
+
+class Adder(ToolEnv):
+    """The native twin of `agents.solve`: the same messages, the same tool."""
+
+    name = "adder"
+    version = "1"
+
+    @tool(effect="read")
+    def add(self, a: int, b: int) -> str:
+        """Add two integers.
+
+        Args:
+            a: the first integer.
+            b: the second integer.
+        """
+        return str(a + b)
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        return agents.question(task)
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [{"id": f"add-{i}", "a": i, "b": i + 1} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return load("tiny-random")
+
+
+def lps(req: SampleRequest) -> list[float]:
+    return [-(0.01 * (i + 1) + 0.1 * req.turn) for i in range(64)]
+
+
+def scripted(bundle, turns: dict[int, str]) -> Policy:
+    sampler = ScriptedSampler.from_texts(
+        bundle.renderer, lambda req: turns[min(req.turn, max(turns))], logprobs=lps
+    )
+    return Policy(sampler, bundle.renderer, get_parser("json_list"), bundle.spec)
+
+
+def via_gateway(
+    entry: str,
+    policy: Policy,
+    *,
+    cfg: RolloutConfig = CFG,
+    task: dict = TASK,
+    seed: int = 7,
+    timeout_s: float = 60.0,
+    **backend_kw: Any,
+):
+    async def go():
+        with Gateway(policy.model_id) as gateway:
+            backend = AgentBackend(entry, gateway, timeout_s=timeout_s, **backend_kw)
+            return await backend.run_episode(
+                Adder, task, policy, cfg, seed=seed, episode_id=f"{task['id']}:s{seed}:g0"
+            )
+
+    return asyncio.run(go())
+
+
+def native(policy: Policy, *, task: dict = TASK, seed: int = 7):
+    eid = f"{task['id']}:s{seed}:g0"
+    return asyncio.run(run_episode(Adder(), task, policy, CFG, seed=seed, episode_id=eid))
+
+
+def assert_same_tokens(a, b) -> None:
+    assert len(a.trajectories) == len(b.trajectories)
+    for ta, tb in zip(a.trajectories, b.trajectories, strict=True):
+        assert ta.token_ids == tb.token_ids
+        assert ta.sources == tb.sources
+        assert ta.loss_mask == tb.loss_mask
+        assert ta.logprobs == tb.logprobs
+
+
+def test_agent_tools_are_the_native_envs():
+    assert Adder().tool_schemas() == agents.TOOLS
+
+
+@pytest.mark.parametrize("entry", ["tests.agents:solve", "tests.agents:solve_sync"])
+def test_tool_loop_through_the_gateway_is_token_identical_to_native(bundle, entry):
+    turns = {0: CALL, 1: "The sum is 5."}
+    ours = via_gateway(entry, scripted(bundle, turns))
+    theirs = native(scripted(bundle, turns))
+    assert ours.stop_reason is theirs.stop_reason is StopReason.ANSWERED
+    assert ours.attribution is Attribution.POLICY and ours.gradient_eligible
+    assert_same_tokens(ours, theirs)
+    t = ours.trajectories[0]
+    sources = set(t.sources)
+    assert {Source.PROMPT, Source.POLICY, Source.ENVIRONMENT, Source.TEMPLATE} <= sources
+    # the tool result "5" is the environment's and carries no loss
+    env_text = "".join(s.text for s in t.segments if s.source is Source.ENVIRONMENT)
+    assert env_text == "5"
+    assert ours.steps[-1]["info"]["answer"] == "The sum is 5."
+    assert ours.steps[0]["calls"][0]["action"] == {"tool": "add", "args": {"a": 2, "b": 3}}
+    receipt = ours.receipt
+    assert receipt.agent["entry"] == entry and receipt.agent["requests"] == 2
+    assert receipt.agent["history_breaks"] == []
+    assert receipt.tool_versions["add"].startswith("schema:")
+
+
+class Hybrid:
+    """Turn 0 scripted (a tool call a random model would not make), later turns sampled."""
+
+    def __init__(self, scripted: Any, real: Any) -> None:
+        self.scripted, self.real = scripted, real
+        self.policy_version = 0
+
+    async def sample(self, request: SampleRequest):
+        return await (self.scripted if request.turn == 0 else self.real).sample(request)
+
+
+def test_sampled_turns_match_native_with_the_same_seeds(bundle):
+    """A real sampler (seeded per turn): the same tokens and log-probs on both paths."""
+
+    def policy():
+        real = BatchedHFSampler(bundle.model, temperature=1.0, seed=0)
+        sampler = Hybrid(ScriptedSampler.from_texts(bundle.renderer, [CALL]), real)
+        return Policy(sampler, bundle.renderer, get_parser("json_list"), bundle.spec)
+
+    for seed in (1, 2):
+        ours = via_gateway("tests.agents:solve", policy(), seed=seed)
+        theirs = native(policy(), seed=seed)
+        assert ours.stop_reason is theirs.stop_reason
+        assert_same_tokens(ours, theirs)
+        assert len(ours.trajectories[0].policy_segments()) == 2
+
+
+def test_streaming_answers_the_same_text(bundle):
+    ours = via_gateway("tests.agents:solve_streaming", scripted(bundle, {0: "It is 5."}))
+    assert ours.stop_reason is StopReason.ANSWERED
+    assert ours.steps[-1]["info"]["answer"] == "It is 5."
+
+
+# ---- history rewrites ------------------------------------------------------------------------
+
+
+def sampled_only(episode) -> None:
+    """Every policy token of every sample is a token the sampler returned for that turn."""
+    turns = {}
+    for s in episode.steps:
+        if "response" in s:
+            turns[s["step"]] = s
+    for t in episode.trajectories:
+        for seg in t.segments:
+            if seg.source is Source.POLICY:
+                assert seg.step in turns
+                assert (
+                    seg.logprobs
+                    == tuple(lps(SampleRequest((1,), 1, turn=seg.step)))[: len(seg.token_ids)]
+                )
+
+
+@pytest.mark.parametrize(
+    ("entry", "turns", "differs"),
+    [
+        ("tests.agents:drops_message", {0: CALL, 1: "5"}, "message 0 was 'system'"),
+        ("tests.agents:edits_tool_output", {0: CALL, 1: "5"}, "message 3 (tool) content"),
+        (
+            "tests.agents:strips_thinking",
+            {0: "<think>2 and 3 make 5</think> 5", 1: "Yes."},
+            "message 2 (assistant) content",
+        ),
+        ("tests.agents:changes_system", {0: "5", 1: "Five."}, "message 0 (system) content"),
+    ],
+)
+def test_history_rewrites_are_recorded_breaks(bundle, entry, turns, differs):
+    episode = via_gateway(entry, scripted(bundle, turns))
+    assert episode.stop_reason is StopReason.ANSWERED, episode.receipt.error
+    assert len(episode.trajectories) == 2  # the sample before the rewrite, and after
+    breaks = episode.receipt.agent["history_breaks"]
+    assert len(breaks) == 1 and differs in breaks[0]["reason"], breaks
+    first, second = episode.trajectories
+    assert differs in first.steps[-1]["history_break"]
+    # the earlier turns are prompt tokens of the new sample, never policy tokens
+    assert second.segments[0].source is Source.PROMPT
+    assert [s.step for s in second.policy_segments()] == [episode.steps[-1]["step"]]
+    sampled_only(episode)
+    assert sum(len(t.policy_segments()) for t in episode.trajectories) == len(
+        [s for s in episode.steps if "response" in s]
+    )
+
+
+def test_a_rewritten_earlier_turn_is_rendered_as_it_was_sampled(bundle):
+    """After a break, an answer the harness echoes back unchanged keeps the exact text the
+    model sampled (its call in the model's own format), now as prompt tokens."""
+    episode = via_gateway("tests.agents:edits_tool_output", scripted(bundle, {0: CALL, 1: "5"}))
+    second = episode.trajectories[1]
+    prompt = "".join(s.text for s in second.segments if s.source is Source.PROMPT)
+    assert CALL in prompt and "the sum is 5" in prompt
+
+
+# ---- harnesses with bugs: bounded, attributed ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "stop", "owner"),
+    [
+        ("tests.agents:raises", StopReason.AGENT_ERROR, Attribution.ENVIRONMENT),
+        ("tests.agents:raises_at_once", StopReason.AGENT_ERROR, Attribution.ENVIRONMENT),
+        ("tests.agents:never_calls", StopReason.AGENT_ERROR, Attribution.ENVIRONMENT),
+        ("tests.agents:sleeps_forever", StopReason.TIMEOUT, Attribution.ENVIRONMENT),
+        ("tests.agents:spins_forever", StopReason.TIMEOUT, Attribution.ENVIRONMENT),
+        ("tests.agents:calls_forever", StopReason.MAX_STEPS, Attribution.POLICY),
+    ],
+)
+def test_buggy_harnesses_end_bounded_and_attributed(bundle, entry, stop, owner):
+    t0 = time.perf_counter()
+    threads = threading.active_count()
+    episode = via_gateway(entry, scripted(bundle, {0: "5"}), timeout_s=2.0)
+    assert time.perf_counter() - t0 < 30
+    assert episode.stop_reason is stop, episode.receipt.error
+    assert episode.attribution is owner
+    assert episode.gradient_eligible is (owner is Attribution.POLICY)
+    if stop is StopReason.AGENT_ERROR:
+        assert episode.receipt.error
+    if stop is StopReason.MAX_STEPS:
+        assert episode.receipt.ledger["used"]["steps"] == CFG.budgets.steps
+    deadline = time.time() + 10  # the harness's thread was stopped, not abandoned
+    while threading.active_count() > threads and time.time() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= threads
+
+
+def test_a_crash_on_the_models_unreadable_answer_is_the_policys(bundle):
+    bad = scripted(bundle, {0: "the sum is five"})
+    env_fault = via_gateway("tests.agents:wants_json", bad)
+    assert env_fault.attribution is Attribution.ENVIRONMENT
+    declared = via_gateway(
+        "tests.agents:wants_json", bad, policy_exceptions=(json.JSONDecodeError,)
+    )
+    assert declared.stop_reason is StopReason.AGENT_ERROR
+    assert declared.attribution is Attribution.POLICY and declared.gradient_eligible
+    assert declared.receipt.agent["exception_owner"] == "policy"
+
+
+def test_an_unparseable_tool_call_is_returned_as_text_and_counted(bundle):
+    broken = '<tool_call>[{"name": "add", "arguments": {"a": 2</tool_call>'
+    episode = via_gateway("tests.agents:solve", scripted(bundle, {0: broken}))
+    assert episode.stop_reason is StopReason.ANSWERED  # the harness took the text as its answer
+    step = episode.steps[0]
+    assert step["policy_error"] and step["fault"]["kind"] == "parse_error"
+    assert step["response"]["content"] == broken and step["response"]["tool_calls"] == []
+
+
+def test_a_call_to_a_tool_not_offered_is_the_policys(bundle):
+    call = '<tool_call>[{"name": "multiply", "arguments": {"a": 2, "b": 3}}]</tool_call>'
+    episode = via_gateway("tests.agents:solve", scripted(bundle, {0: call}))
+    # the harness crashed on the unknown tool (add(**args) of another tool's call)
+    assert episode.steps[0]["fault"]["kind"] == "unknown_tool"
+    assert episode.attribution is Attribution.POLICY
+
+
+class Down:
+    policy_version = 0
+
+    async def sample(self, request: SampleRequest):
+        raise SamplerUnavailable("connection refused")
+
+
+def test_a_sampler_outage_is_infrastructure(bundle):
+    policy = Policy(Down(), bundle.renderer, get_parser("json_list"), bundle.spec)
+    episode = via_gateway("tests.agents:solve", policy)
+    assert episode.stop_reason is StopReason.INFRA_FAILURE
+    assert episode.attribution is Attribution.ENVIRONMENT and not episode.gradient_eligible
+    assert "sampler unavailable" in episode.receipt.error
+
+
+# ---- the endpoint ---------------------------------------------------------------------------
+
+
+def test_unknown_sessions_and_bad_requests_get_clear_errors(bundle):
+    policy = scripted(bundle, {0: "5"})
+    with Gateway(policy.model_id) as gateway:
+        url = gateway.url + "/v1/chat/completions"
+        r = httpx.post(url, json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 401 and "session" in r.json()["error"]["message"]
+        r = httpx.post(url, content=b"{not json", headers={"Authorization": "Bearer x"})
+        assert r.status_code == 400
+        assert httpx.get(gateway.url + "/v1/models").json()["data"][0]["id"] == policy.model_id
