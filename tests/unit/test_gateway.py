@@ -307,3 +307,51 @@ def test_unknown_sessions_and_bad_requests_get_clear_errors(bundle):
         r = httpx.post(url, content=b"{not json", headers={"Authorization": "Bearer x"})
         assert r.status_code == 400
         assert httpx.get(gateway.url + "/v1/models").json()["data"][0]["id"] == policy.model_id
+
+
+# ---- replay ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "turns"),
+    [
+        ("tests.agents:solve", {0: CALL, 1: "The sum is 5."}),
+        ("tests.agents:edits_tool_output", {0: CALL, 1: "5"}),
+        ("tests.agents:calls_forever", {0: "5"}),
+    ],
+)
+def test_gateway_episodes_replay_exactly(bundle, entry, turns):
+    from tracerl.rollout.replay import replay_exact
+
+    episode = via_gateway(entry, scripted(bundle, turns))
+    report = asyncio.run(replay_exact(episode.trajectories, renderer=bundle.renderer))
+    assert report.ok, report.first_difference
+
+
+def test_exact_replay_notices_a_changed_recording(bundle):
+    import dataclasses
+
+    from tracerl.rollout.replay import replay_exact
+
+    episode = via_gateway("tests.agents:solve", scripted(bundle, {0: CALL, 1: "5"}))
+    t = episode.trajectories[0]
+    steps = [dict(s) for s in t.steps]
+    request = steps[1]["request"]
+    steps[1]["request"] = {
+        "new_messages": [{**request["new_messages"][0], "content": "6"}]
+    }  # the recorded tool result no longer matches the tokens
+    tampered = dataclasses.replace(t, steps=tuple(steps), _cache={})
+    report = asyncio.run(replay_exact([tampered], renderer=bundle.renderer))
+    assert not report.ok and "token" in report.first_difference
+
+
+def test_live_replay_runs_the_agent_again_and_reports_drift(bundle, monkeypatch):
+    from tracerl.rollout.replay import replay_live
+
+    episode = via_gateway("tests.agents:solve", scripted(bundle, {0: CALL, 1: "5"}))
+    same = asyncio.run(replay_live(episode.trajectories))
+    assert [d.status for d in same.steps] == ["same", "same"]
+    monkeypatch.setattr(agents, "add", lambda a, b: str(a + b + 1))  # the tool's service changed
+    drifted = asyncio.run(replay_live(episode.trajectories))
+    assert [d.status for d in drifted.steps][:2] == ["same", "drifted"]
+    assert "'6'" in drifted.steps[1].detail

@@ -93,8 +93,10 @@ class GatewaySession:
         task: dict[str, Any] | None = None,
         env: Env | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.token = token
+        self.template_kwargs = template_kwargs  # None: the conversation's own (today's date)
         self.policy, self.cfg, self.seed = policy, config, seed
         self.episode_id = episode_id
         self.task = task if task is not None else {"id": episode_id}
@@ -178,7 +180,10 @@ class GatewaySession:
         if self.conv is None:
             try:
                 self.conv = self.policy.renderer.start(
-                    self._for_template(messages), tools, episode_id=self.episode_id
+                    self._for_template(messages),
+                    tools,
+                    episode_id=self.episode_id,
+                    template_kwargs=self.template_kwargs,
                 )
             except TrajectoryError as e:
                 raise GatewayError(400, f"the messages cannot be rendered: {e}") from None

@@ -134,6 +134,10 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
         renderer = load(receipt.model_id).renderer
     if renderer.template_hash != receipt.template_hash:
         return ReplayReport(receipt.episode_id, False, "the chat template changed (hash differs)")
+    if receipt.agent is not None:  # an agent harness drove it: replay its requests
+        from tracerl.gateway.replay import replay_exact_gateway
+
+        return await replay_exact_gateway(trajectories, renderer)
 
     def tokens(req: SampleRequest) -> list[int]:
         if req.turn not in turns:
@@ -216,6 +220,10 @@ async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None
     writes for real, whatever the recorded run was allowed to do.
     """
     receipt = _receipt(trajectories)
+    if receipt.agent is not None:  # the agent is the environment: run it again
+        from tracerl.gateway.replay import replay_live_gateway
+
+        return await replay_live_gateway(trajectories)
     if env is None:
         try:
             env = make_from_spec(receipt.env, side_effect_guard="dry_run")

@@ -1,0 +1,163 @@
+"""Replaying a gateway episode (one an agent harness drove, `tracerl.gateway`).
+
+Exact replay feeds the recorded requests, in order, to a fresh `GatewaySession` whose
+sampler answers each turn with the recorded tokens (and log-probs): the session must
+rebuild the same samples (token ids, sources, loss mask), the same history breaks and the
+same stop. It checks what tracerl did with the harness's messages (rendering, provenance,
+break detection, budgets); the harness itself is not run.
+
+Live replay runs the agent again (imported from the receipt), the model's turns served
+from the recording, and reports per request whether the harness sent what it sent then:
+its tools' results drifting (a service that changed), or the harness itself changing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tracerl.envs.parsers import get_parser
+from tracerl.errors import UserError
+from tracerl.gateway.chat import GatewayError
+from tracerl.gateway.session import GatewaySession, HarnessEnv
+from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.episode import Policy
+from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
+from tracerl.types import Receipt, Source, Trajectory
+
+SESSION_STOPS = ("max_steps", "max_tokens", "context_overflow")
+
+
+class GatewayReplayError(UserError, RuntimeError):
+    """The recording asks for something the replay cannot give."""
+
+
+def _recorded_policy(
+    trajectories: Sequence[Trajectory], receipt: Receipt, renderer: Any
+) -> tuple[Policy, dict[int, Any]]:
+    turns = {s.step: s for t in trajectories for s in t.segments if s.source is Source.POLICY}
+
+    def tokens(req: SampleRequest) -> list[int]:
+        if req.turn not in turns:
+            raise GatewayReplayError(
+                f"the replay sampled turn {req.turn}, which was never recorded"
+            )
+        return list(turns[req.turn].token_ids)
+
+    def logprobs(req: SampleRequest) -> list[float]:
+        return list(turns[req.turn].logprobs or ())
+
+    sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
+    return Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id), turns
+
+
+def recorded_tools(receipt: Receipt) -> list[dict[str, Any]] | None:
+    tools = [{k: v for k, v in t.items() if k != "x-effect"} for t in receipt.tool_schemas]
+    return tools or None
+
+
+async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any) -> Any:
+    """Exact replay of a gateway episode: a `tracerl.rollout.replay.ReplayReport`."""
+    from tracerl.rollout.replay import ReplayReport, first_difference
+
+    receipt = Receipt.from_dict(trajectories[0].receipt)
+    steps = {s["step"]: s for t in trajectories for s in t.steps}
+    policy, _ = _recorded_policy(trajectories, receipt, renderer)
+    session = GatewaySession(
+        "replay",
+        policy,
+        RolloutConfig.model_validate(receipt.rollout),
+        seed=receipt.seed,
+        episode_id=receipt.episode_id,
+        task=receipt.task,
+        template_kwargs=receipt.template_kwargs,
+    )
+    session.ledger.budgets = session.cfg.budgets.model_copy(update={"wall_time_s": None})
+    session.cfg = session.cfg.model_copy(update={"budgets": session.ledger.budgets})
+    tools = recorded_tools(receipt)
+    agent = receipt.agent or {}
+    requests = [steps[k]["request"] for k in sorted(steps) if "request" in steps[k]]
+    if agent.get("unanswered"):
+        requests.append(agent["unanswered"])
+    for k, request in enumerate(requests):
+        if "messages" in request:
+            messages, tools = request["messages"], request.get("tools", tools)
+        else:
+            messages = [*session.history, *request["new_messages"]]
+        try:
+            await session.complete({"messages": messages, "tools": tools})
+        except GatewayError as e:
+            if k < len(requests) - 1 or not agent.get("unanswered"):
+                return ReplayReport(receipt.episode_id, False, f"request {k}: {e.message}")
+        except GatewayReplayError as e:
+            return ReplayReport(receipt.episode_id, False, str(e))
+    replayed = session.conv.samples() if session.conv is not None else []
+    diff = first_difference(trajectories, replayed)
+    recorded_breaks = [b["reason"] for b in agent.get("history_breaks", [])]
+    if diff is None and [b["reason"] for b in session.breaks] != recorded_breaks:
+        diff = f"history breaks: recorded {recorded_breaks}, replayed {session.breaks}"
+    recorded_stop = receipt.stop_reason or ""
+    replayed_stop = recorded_stop  # the harness decided it (it is not re-run here)...
+    if recorded_stop in SESSION_STOPS or session.stop is not None:  # ...unless a budget did
+        replayed_stop = session.stop.value if session.stop is not None else "(no budget stop)"
+    if diff is None and replayed_stop != recorded_stop:
+        diff = f"stop reason: recorded {recorded_stop!r}, replayed {replayed_stop!r}"
+    stops = (recorded_stop, replayed_stop)
+    return ReplayReport(receipt.episode_id, diff is None, diff, stops)
+
+
+async def replay_live_gateway(trajectories: Sequence[Trajectory], renderer: Any = None) -> Any:
+    """Run the recorded agent again against the recorded model turns: a
+    `tracerl.rollout.replay.LiveReport` of which requests drifted."""
+    from tracerl.gateway.agent import AgentBackend
+    from tracerl.gateway.server import Gateway
+    from tracerl.rollout.replay import Drift, LiveReport
+
+    receipt = Receipt.from_dict(trajectories[0].receipt)
+    agent = receipt.agent or {}
+    if renderer is None:
+        from tracerl.models import load
+
+        renderer = load(receipt.model_id).renderer
+    policy, _ = _recorded_policy(trajectories, receipt, renderer)
+    cfg = RolloutConfig.model_validate(receipt.rollout)
+    with Gateway(receipt.model_id) as gateway:
+        backend = AgentBackend(agent["entry"], gateway, timeout_s=agent.get("timeout_s", 300.0))
+        live = await backend.run_episode(
+            HarnessEnv, receipt.task, policy, cfg, seed=receipt.seed, episode_id=receipt.episode_id
+        )
+    report = LiveReport(receipt.episode_id)
+    recorded = {s["step"]: s for t in trajectories for s in t.steps}
+    again = {s["step"]: s for s in live.steps}
+    for k in sorted(recorded):
+        if "request" not in recorded[k]:
+            continue
+        if k not in again or "request" not in again[k]:
+            error = (live.receipt.agent or {}).get("exception") or live.receipt.error
+            report.steps.append(Drift(k, "failed", f"the agent made no request {k} ({error})"))
+            continue
+        want, got = recorded[k]["request"], again[k]["request"]
+        if want == got:
+            report.steps.append(Drift(k, "same"))
+        else:
+            report.steps.append(Drift(k, "drifted", _request_difference(want, got)))
+    if live.receipt.agent.get("returned") != agent.get("returned"):
+        report.steps.append(
+            Drift(
+                "answer",
+                "drifted",
+                f"recorded {agent.get('returned')!r:.80}, "
+                f"live {live.receipt.agent.get('returned')!r:.80}",
+            )
+        )
+    return report
+
+
+def _request_difference(want: dict[str, Any], got: dict[str, Any]) -> str:
+    a = want.get("messages") or want.get("new_messages") or []
+    b = got.get("messages") or got.get("new_messages") or []
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            was, now = str(x.get("content"))[:80], str(y.get("content"))[:80]
+            return f"message {i} ({x.get('role')}): recorded {was!r}, live {now!r}"
+    return f"recorded {len(a)} new messages, live {len(b)}"
