@@ -211,13 +211,21 @@ class AgentBackend:
         *,
         timeout_s: float = 300.0,
         policy_exceptions: tuple[type[BaseException], ...] = (),
+        engine: Any = None,
     ) -> None:
         self.entry = entry
+        self.engine = engine  # what samples (`tracerl.engines`): it gets every update
         self.fn = load_agent(entry)
         import_openai()
         self.gateway = gateway
         self.timeout_s = timeout_s
         self.policy_exceptions = policy_exceptions
+
+    def publish(self, model: Any, version: int) -> None:
+        """New weights: the engine the gateway samples from gets them (a vLLM server), or
+        already has them (the trainer's own model)."""
+        if self.engine is not None:
+            self.engine.publish(model, version)
 
     async def run_episode(
         self,
@@ -296,38 +304,31 @@ class AgentBackend:
         )
 
     def _finish(self, session: GatewaySession, outcome: AgentOutcome, limit: float) -> Episode:
-        agent: dict[str, Any] = {"entry": self.entry, "timeout_s": limit}
-        answer = None
         e = outcome.exception
+        agent: dict[str, Any] = {
+            "entry": self.entry,
+            "timeout_s": limit,
+            "timed_out": outcome.timed_out,
+            "returned": None if outcome.result is None else jsonable(outcome.result),
+            "exception": None if e is None else f"{type(e).__name__}: {e}",
+            "exception_owner": None,
+        }
         if e is not None:
-            agent["exception"] = f"{type(e).__name__}: {e}"
             agent["traceback"] = outcome.traceback
-        if session.env_fault or session.unknown_fault:
-            stop = StopReason.INFRA_FAILURE  # the sampler failed (`session.error` says how)
-        elif session.stop is not None:
-            stop = session.stop  # a budget refused a request: whatever the agent did next
-        elif outcome.timed_out:
-            stop = StopReason.TIMEOUT
+            agent["exception_owner"] = "policy" if self._policys(session, e) else "environment"
+        stop = ending(session, agent)
+        if stop is StopReason.TIMEOUT and outcome.timed_out:
             session.error = (
                 f"the agent did not finish within {limit:g} s ({session.requests} requests)"
             )
-        elif e is not None:
-            stop = StopReason.AGENT_ERROR
-            owner = "policy" if self._policys(session, e) else "environment"
-            agent["exception_owner"] = owner
-            session.error = f"the agent raised {type(e).__name__}: {e}"
-            session.env_fault = owner == "environment"
-        elif session.ledger.used["steps"] == 0:
-            stop = StopReason.AGENT_ERROR
-            session.error = "the agent finished without calling the model"
-            session.env_fault = True
-        elif outcome.result is None:
-            stop = StopReason.ENV_TERMINATED
-        elif _cut_answer(session):
-            stop = StopReason.MAX_TOKENS  # as natively: an answer cut off by the token limit
-        else:
-            stop, answer = StopReason.ANSWERED, jsonable(outcome.result)
-        agent["returned"] = None if outcome.result is None else jsonable(outcome.result)
+        elif stop is StopReason.AGENT_ERROR:
+            session.error = (
+                f"the agent raised {agent['exception']}"
+                if e is not None
+                else "the agent finished without calling the model"
+            )
+            session.env_fault = agent["exception_owner"] != "policy"
+        answer = agent["returned"] if stop is StopReason.ANSWERED else None
         return session.finish(stop, answer=answer, agent=agent)
 
     def _policys(self, session: GatewaySession, e: BaseException) -> bool:
@@ -337,6 +338,25 @@ class AgentBackend:
             return True
         last = session.records.get(max(session.records)) if session.records else None
         return bool(last and last.get("policy_error"))
+
+
+def ending(session: GatewaySession, agent: dict[str, Any]) -> StopReason:
+    """How a gateway episode ended, from its session and what the agent did (`agent`:
+    ``timed_out``, ``exception``, ``exception_owner``, ``returned``, as its receipt keeps
+    them; exact replay decides again from the replayed session)."""
+    if session.env_fault or session.unknown_fault:
+        return StopReason.INFRA_FAILURE  # the sampler failed (`session.error` says how)
+    if session.stop is not None:
+        return session.stop  # a budget refused a request: whatever the agent did next
+    if agent.get("timed_out"):
+        return StopReason.TIMEOUT
+    if agent.get("exception") is not None or session.ledger.used["steps"] == 0:
+        return StopReason.AGENT_ERROR  # it raised, or it never called the model
+    if agent.get("returned") is None:
+        return StopReason.ENV_TERMINATED
+    if _cut_answer(session):
+        return StopReason.MAX_TOKENS  # as natively: an answer cut off by the token limit
+    return StopReason.ANSWERED
 
 
 def _cut_answer(session: GatewaySession) -> bool:
@@ -369,8 +389,9 @@ def policy_exception_types(paths: list[str]) -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def agent_backend(cfg: Any, policy: Policy) -> Iterator[AgentBackend | None]:
-    """The run's agent backend and its gateway (``agent`` in the config), or None."""
+def agent_backend(cfg: Any, policy: Policy, engine: Any = None) -> Iterator[AgentBackend | None]:
+    """The run's agent backend and its gateway (``agent`` in the config), or None;
+    `engine` (`tracerl.engines`) is what samples, kept in step by `publish`."""
     a = cfg.agent
     if a is None:
         yield None
@@ -382,4 +403,5 @@ def agent_backend(cfg: Any, policy: Policy) -> Iterator[AgentBackend | None]:
             gateway,
             timeout_s=a.timeout_s,
             policy_exceptions=policy_exception_types(a.policy_exceptions),
+            engine=engine,
         )

@@ -17,19 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracerl.envs.parsers import get_parser
-from tracerl.errors import UserError
+from tracerl.gateway.agent import ending
 from tracerl.gateway.chat import GatewayError
 from tracerl.gateway.session import GatewaySession, HarnessEnv
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Policy
-from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
+from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable, ScriptedSampler
 from tracerl.types import Receipt, Source, Trajectory
-
-SESSION_STOPS = ("max_steps", "max_tokens", "context_overflow")
-
-
-class GatewayReplayError(UserError, RuntimeError):
-    """The recording asks for something the replay cannot give."""
 
 
 def _recorded_policy(
@@ -38,10 +32,9 @@ def _recorded_policy(
     turns = {s.step: s for t in trajectories for s in t.segments if s.source is Source.POLICY}
 
     def tokens(req: SampleRequest) -> list[int]:
-        if req.turn not in turns:
-            raise GatewayReplayError(
-                f"the replay sampled turn {req.turn}, which was never recorded"
-            )
+        if req.turn not in turns:  # the recorded turn failed (the sampler was down), or
+            # the replay asked for a turn the episode never had: either way none answers
+            raise SamplerUnavailable(f"turn {req.turn} was never recorded")
         return list(turns[req.turn].token_ids)
 
     def logprobs(req: SampleRequest) -> list[float]:
@@ -86,20 +79,16 @@ async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any
             messages = [*session.history, *request["new_messages"]]
         try:
             await session.complete({"messages": messages, "tools": tools})
-        except GatewayError as e:
+        except GatewayError as e:  # only the last request may go unanswered, as recorded
             if k < len(requests) - 1 or not agent.get("unanswered"):
                 return ReplayReport(receipt.episode_id, False, f"request {k}: {e.message}")
-        except GatewayReplayError as e:
-            return ReplayReport(receipt.episode_id, False, str(e))
     replayed = session.conv.samples() if session.conv is not None else []
     diff = first_difference(trajectories, replayed)
     recorded_breaks = [b["reason"] for b in agent.get("history_breaks", [])]
     if diff is None and [b["reason"] for b in session.breaks] != recorded_breaks:
         diff = f"history breaks: recorded {recorded_breaks}, replayed {session.breaks}"
     recorded_stop = receipt.stop_reason or ""
-    replayed_stop = recorded_stop  # the harness decided it (it is not re-run here)...
-    if recorded_stop in SESSION_STOPS or session.stop is not None:  # ...unless a budget did
-        replayed_stop = session.stop.value if session.stop is not None else "(no budget stop)"
+    replayed_stop = ending(session, agent).value
     if diff is None and replayed_stop != recorded_stop:
         diff = f"stop reason: recorded {recorded_stop!r}, replayed {replayed_stop!r}"
     stops = (recorded_stop, replayed_stop)

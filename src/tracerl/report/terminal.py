@@ -15,7 +15,7 @@ from rich.text import Text
 
 from tracerl.report.run import EpisodeRecord, eval_history
 from tracerl.report.triage import BUCKETS, Triage, classify, describe
-from tracerl.report.viewer import action_text, observation_text
+from tracerl.report.viewer import action_text, agent_text, observation_text
 from tracerl.types import Source, Trajectory
 
 STYLE = {
@@ -76,6 +76,7 @@ def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
         ("attribution", ep.attribution),
         ("triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"),
         ("reward", "-" if ep.total is None else f"{ep.total:.3f}"),
+        ("agent", agent_text(ep.receipt)),
     ]
     ids = [(k, str(v)) for k, v in ids if v not in (None, "")]
     rows = [(k, str(v)) for k, v in rows if v not in (None, "")]

@@ -107,6 +107,9 @@ def classify(ep: EpisodeRecord) -> Verdict:
     if ep.attribution == "environment":
         infra = [f for f in faults if f not in _TOOL_FAULTS and f != "parse_error"]
         kind = infra[0] if infra else ep.stop_reason or "environment"
+        if ep.stop_reason == "agent_error":  # the harness (gateway episodes) failed
+            why = ep.receipt.get("error") or "the agent failed"
+            return Verdict("environment", "agent_error", f"the agent harness failed: {why}")
         return Verdict(
             "environment",
             kind,
@@ -137,6 +140,9 @@ def _policy_kind(ep: EpisodeRecord, faults: list[str]) -> tuple[str, str]:
         return "format", f"{unreadable} unreadable turn(s), no answer"
     if ep.stop_reason in _BUDGET_STOPS:
         return "out_of_budget", f"stopped by {ep.stop_reason} before answering"
+    if ep.stop_reason == "agent_error":  # the harness crashed on the model's answer
+        raised = (ep.receipt.get("agent") or {}).get("exception")
+        return "agent_crash", f"the agent could not use the model's answer: {raised}"
     if ep.stop_reason not in _FINISHED:
         return "format", f"ended with {ep.stop_reason or 'no stop reason'}, not an answer"
     # it answered (or the environment reached an end state), wrongly: say why in the terms of

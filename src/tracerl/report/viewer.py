@@ -49,13 +49,33 @@ def action_text(step: dict[str, Any]) -> str:
 
 def observation_text(step: dict[str, Any]) -> str:
     calls = step.get("calls") or []
-    if not calls:
-        return "–"
-    return "; ".join(
+    parts = [
         f"{c['action']['tool']}: {c['observation']['status']} "
         f"({c['observation'].get('chars', 0)} chars)"
         for c in calls
-    )
+    ]
+    # a new sample starts after this step: the harness rewrote its history (gateway
+    # episodes), or the chat template re-rendered earlier turns
+    if step.get("history_break"):
+        parts.append(f"history break (new sample): {step['history_break']}")
+    if step.get("prefix_break"):
+        parts.append("template break (new sample)")
+    return "; ".join(parts) or "–"
+
+
+def agent_text(receipt: dict[str, Any]) -> str | None:
+    """Who drove a gateway episode (`tracerl.gateway`): the agent, its requests, its
+    history breaks and how it ended; None for tracerl's own episodes."""
+    a = receipt.get("agent")
+    if not a:
+        return None
+    breaks = len(a.get("history_breaks") or [])
+    out = f"{a.get('entry')} · {a.get('requests', 0)} requests · {breaks} history breaks"
+    if a.get("exception"):
+        out += f" · raised {a['exception']} ({a.get('exception_owner')}'s)"
+    if a.get("timed_out"):
+        out += f" · timed out after {a.get('timeout_s')} s"
+    return out
 
 
 def _steps_table(ep: EpisodeRecord) -> str:
@@ -203,6 +223,7 @@ def episode_page(ep: EpisodeRecord, back: str = "../index.html") -> str:
         ["triage", f"{verdict.bucket} / {verdict.kind}: {verdict.why}"],
         ["gradient eligible", str(rc.get("gradient_eligible"))],
         ["policy version", rc.get("policy_version")],
+        ["agent", agent_text(rc)],
         ["model", rc.get("model_id", "")],
         ["env", f"{(rc.get('env') or {}).get('name')} {(rc.get('env') or {}).get('version')}"],
         ["seed", rc.get("seed")],

@@ -19,7 +19,7 @@ def episode_backend(
     if cfg.agent is not None:
         from tracerl.gateway.agent import agent_backend
 
-        with agent_backend(cfg, policy) as backend:
+        with agent_backend(cfg, policy, engine) as backend:
             yield backend
         return
     from tracerl.rollout.ray_workers import rollout_backend
