@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 import tracerl
 from tracerl.errors import UserError
 from tracerl.eval_cli import eval_command
+from tracerl.gateway.cli import gateway_command
 from tracerl.readiness.cli import readiness
 from tracerl.rollout.serve import serve_command
 from tracerl.scaffold import init_command
@@ -431,6 +432,7 @@ def serve_retriever(
 app.command()(readiness)
 app.command("eval")(eval_command)
 app.command("serve")(serve_command)
+app.command("gateway")(gateway_command)
 app.command("init")(init_command)
 
 if __name__ == "__main__":

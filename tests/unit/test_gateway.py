@@ -355,3 +355,63 @@ def test_live_replay_runs_the_agent_again_and_reports_drift(bundle, monkeypatch)
     drifted = asyncio.run(replay_live(episode.trajectories))
     assert [d.status for d in drifted.steps][:2] == ["same", "drifted"]
     assert "'6'" in drifted.steps[1].detail
+
+
+def test_tracerl_gateway_records_sessions_for_inspection(tmp_path):
+    """`tracerl gateway`: any client, a session per API key; ending one writes its episode."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import openai
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "gw"
+    cmd = [sys.executable, "-m", "tracerl.cli", "gateway", "tiny-random", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out), "--max-turn-tokens", "8"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(base + "/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="alice", max_retries=0)
+        messages = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages)
+        messages += [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "and?"},
+        ]
+        client.chat.completions.create(model="m", messages=messages)
+        other = openai.OpenAI(base_url=base + "/v1", api_key="bob", max_retries=0)
+        other.chat.completions.create(model="m", messages=[{"role": "user", "content": "yo"}])
+        alice = httpx.get(base + "/tracerl/sessions/alice").json()
+        assert alice["requests"] == 2 and len(alice["samples"]) == 1, alice
+        assert not alice["history_breaks"]
+        sources = {s["source"] for s in alice["samples"][0]["segments"]}
+        assert {"prompt", "policy", "environment", "template"} <= sources
+        ended = httpx.post(base + "/tracerl/sessions/alice/end", json={"answer": "done"})
+        assert ended.json() == {"episode": "alice", "samples": 1}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    shown = subprocess.run(
+        [sys.executable, "-m", "tracerl.cli", "show", str(out), "bob"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert shown.returncode == 0 and "tracerl gateway · 1 requests" in shown.stdout, shown

@@ -5,6 +5,8 @@
     GET  /health                 200
     GET  /tracerl/sessions       every open session: requests, samples, history breaks
     GET  /tracerl/sessions/ID    one session's samples: token ids, sources, loss mask, text
+    POST /tracerl/sessions/ID/end    {"answer": ...}: close a session; its episode is written
+                                 (`tracerl gateway --out DIR`; training ends its own)
 
 A request belongs to the session its client names, in this order: an ``X-Tracerl-Session``
 header, the request's ``user`` field, or the API key (``Authorization: Bearer KEY``) — so
@@ -50,10 +52,12 @@ class Gateway:
         host: str = "127.0.0.1",
         port: int = 0,
         open_session: Callable[[str], GatewaySession] | None = None,
+        end_session: Callable[[GatewaySession, Any], dict[str, Any]] | None = None,
         request_timeout_s: float = 600.0,
     ) -> None:
         self.model, self.host, self.port = model, host, port
         self.open_session = open_session
+        self.end_session = end_session
         self.request_timeout_s = request_timeout_s
         self.sessions: dict[str, GatewaySession] = {}
         self._lock = threading.Lock()
@@ -136,6 +140,31 @@ class Gateway:
         answer["stream"] = bool(body.get("stream"))
         return answer
 
+    def end(self, name: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /tracerl/sessions/NAME/end``: the session's episode, closed by the
+        `end_session` hook (on its own event loop)."""
+        if self.end_session is None:
+            return 404, {"error": {"message": "sessions end with their episodes here"}}
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as e:
+            return 400, {"error": {"message": f"the request body is not JSON: {e.msg}"}}
+        with self._lock:
+            session = next(
+                (s for s in self.sessions.values() if name in (s.token, s.episode_id)), None
+            )
+            if session is not None:
+                self.sessions = {k: v for k, v in self.sessions.items() if v is not session}
+        if session is None or session.loop is None:
+            return 404, {"error": {"message": f"no open session {name!r}"}}
+
+        async def finish() -> dict[str, Any]:
+            assert self.end_session is not None
+            return self.end_session(session, body.get("answer"))
+
+        future = asyncio.run_coroutine_threadsafe(finish(), session.loop)
+        return 200, future.result(timeout=self.request_timeout_s)
+
     def get(self, path: str) -> tuple[int, dict[str, Any]]:
         if path == "/health":
             return 200, {"status": "ok"}
@@ -170,6 +199,8 @@ def _handler(gateway: Gateway) -> type:
                 self.close_connection = True
                 return self._send(413, {"error": {"message": "request body too large"}})
             raw = self.rfile.read(n) if n else b""
+            if path.startswith("/tracerl/sessions/") and path.endswith("/end"):
+                return self._send(*gateway.end(path.split("/")[-2], raw))
             if path not in CHAT_ROUTES:
                 return self._send(404, {"error": {"message": f"no route POST {path}"}})
             try:

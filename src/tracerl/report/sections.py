@@ -196,6 +196,19 @@ def quality(d: RunData) -> str:
                 "–",
             ]
         )
+    if any("agent/history_break_rate" in r for r in d.train):  # an agent harness drove it
+        rows += [
+            [
+                "agent episodes whose harness rewrote its history (run mean)",
+                pct(_mean(d.train, "agent/history_break_rate")),
+                "–",
+            ],
+            [
+                "agent episodes whose agent raised (run mean)",
+                pct(_mean(d.train, "agent/exception_rate")),
+                "–",
+            ],
+        ]
     return table(["", "training (last step)", f"last eval ({split})"], rows, {1, 2})
 
 

@@ -186,7 +186,10 @@ def rollout_metrics(
       a finalize turn (what the terminal reserve exists to prevent);
     * ``rollout/unfinished_after_budget``: episodes that ended on any budget without answering;
     * ``cost/tool_latency_ms_mean``: time spent in the environment's tools per episode;
-    * ``rollout/latency_p95_s``: the 95th percentile of episode wall time.
+    * ``rollout/latency_p95_s``: the 95th percentile of episode wall time;
+    * for gateway episodes (an agent harness drove them): ``agent/history_break_rate`` (the
+      share whose harness rewrote its history: more than one sample), ``agent/requests_mean``
+      and ``agent/exception_rate`` (the share whose agent raised).
     """
     n = max(1, len(episodes))
     m: dict[str, float] = {}
@@ -228,6 +231,11 @@ def rollout_metrics(
         sum(s.get("latency_ms") or 0.0 for e in episodes for s in e.receipt.steps) / n
     )
     m["rollout/latency_p95_s"] = p95([e.receipt.wall_time_s or 0.0 for e in episodes])
+    agents = [e.receipt.agent for e in episodes if e.receipt.agent is not None]
+    if agents:  # episodes an agent harness drove through the gateway (`tracerl.gateway`)
+        m["agent/history_break_rate"] = sum(bool(a.get("history_breaks")) for a in agents) / n
+        m["agent/requests_mean"] = sum(a.get("requests", 0) for a in agents) / n
+        m["agent/exception_rate"] = sum(a.get("exception") is not None for a in agents) / n
     if m["attribution/unknown_rate"] > unknown_warning:
         log.warning(
             "%.0f%% of steps failed with an unattributed fault (threshold %.0f%%): fix "
