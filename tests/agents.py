@@ -196,3 +196,12 @@ async def wants_json(task, client):
     """Reads the model's answer as JSON (a structured-output harness)."""
     r = await client.chat.completions.create(model="p", messages=question(task))
     return json.loads(r.choices[0].message.content)["sum"]
+
+
+async def makes_its_own_client(task, base_url, api_key):
+    """An agent that builds its own client (as LangChain's ChatOpenAI or a framework's
+    settings do) from the base URL and key it is given."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key)
+    return await solve(task, client)

@@ -106,7 +106,10 @@ def test_agent_tools_are_the_native_envs():
     assert Adder().tool_schemas() == agents.TOOLS
 
 
-@pytest.mark.parametrize("entry", ["tests.agents:solve", "tests.agents:solve_sync"])
+@pytest.mark.parametrize(
+    "entry",
+    ["tests.agents:solve", "tests.agents:solve_sync", "tests.agents:makes_its_own_client"],
+)
 def test_tool_loop_through_the_gateway_is_token_identical_to_native(bundle, entry):
     turns = {0: CALL, 1: "The sum is 5."}
     ours = via_gateway(entry, scripted(bundle, turns))

@@ -1,7 +1,9 @@
 """Training an agent someone already wrote: ``agent: mypkg.agent:solve`` in a config.
 
 The agent is an async function ``solve(task, client) -> answer`` where `client` is a
-standard ``openai.AsyncOpenAI`` (a plain function gets an ``openai.OpenAI``). tracerl
+standard ``openai.AsyncOpenAI`` (a plain function gets an ``openai.OpenAI``); an agent that
+makes its own client (LangChain's ``ChatOpenAI``, a framework's settings) takes
+``solve(task, base_url, api_key)`` instead. tracerl
 calls it once per episode, each call with its own gateway session (the client's API key
 names it) and its own thread and event loop, so one harness that blocks cannot stall
 another, and the run can always take its episodes back:
@@ -98,11 +100,15 @@ def load_agent(entry: str) -> Callable[..., Any]:
             "point agent at a function solve(task, client) -> answer",
         )
     try:
-        inspect.signature(fn).bind({}, object())
+        if wants_url(fn):
+            inspect.signature(fn).bind({}, base_url="", api_key="")
+        else:
+            inspect.signature(fn).bind({}, object())
     except TypeError:
         raise UserError(
             f"agent {entry!r} cannot be called as {getattr(fn, '__name__', entry)}(task, client)",
-            "give it the signature solve(task, client) -> answer",
+            "give it the signature solve(task, client) -> answer (or solve(task, base_url, "
+            "api_key) for an agent that makes its own client)",
         ) from None
     except ValueError:  # no signature to inspect (a builtin): try it at run time
         pass
@@ -114,6 +120,15 @@ def _ssl_context() -> ssl.SSLContext:
     """One TLS context for every agent's client: building one per client (what the SDK
     does by default) costs ~18 ms, most of an episode's overhead on a tiny model."""
     return ssl.create_default_context()
+
+
+def wants_url(fn: Callable[..., Any]) -> bool:
+    """An agent that makes its own client (LangChain's ``ChatOpenAI``, a framework's
+    config) takes ``base_url`` and ``api_key`` instead of a client."""
+    try:
+        return "base_url" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class AgentThread(threading.Thread):
@@ -139,13 +154,22 @@ class AgentThread(threading.Thread):
             if inspect.iscoroutinefunction(self.fn):
                 result = self._run_async()
             else:
-                result = self.fn(copy.deepcopy(self.task), self._client("OpenAI"))
+                how = self._connection("OpenAI")
+                task = copy.deepcopy(self.task)
+                result = self.fn(task, how["client"]) if "client" in how else self.fn(task, **how)
                 if inspect.isawaitable(result):
                     raise TypeError("the agent returned an awaitable: make it an async def")
             outcome = AgentOutcome(result=result)
         except BaseException as e:  # everything the agent raises is recorded, nothing escapes
             outcome = AgentOutcome(exception=e, traceback=traceback.format_exc(limit=20))
         self.done(outcome)
+
+    def _connection(self, kind: str) -> dict[str, Any]:
+        """What the agent is called with besides its task: a client, or where to reach
+        the gateway (``base_url``, ``api_key``) for an agent that makes its own."""
+        if wants_url(self.fn):
+            return {"base_url": f"{self.base_url}/v1", "api_key": self.token}
+        return {"client": self._client(kind)}
 
     def _client(self, kind: str) -> Any:
         openai = import_openai()
@@ -167,7 +191,10 @@ class AgentThread(threading.Thread):
         self.loop = loop = asyncio.new_event_loop()
 
         async def main() -> Any:
-            async with self._client("AsyncOpenAI") as client:
+            how = self._connection("AsyncOpenAI")
+            if "client" not in how:
+                return await self.fn(copy.deepcopy(self.task), **how)
+            async with how["client"] as client:
                 return await self.fn(copy.deepcopy(self.task), client)
 
         try:
