@@ -62,6 +62,9 @@ from tracerl.types import StopReason
 
 log = logging.getLogger("tracerl")
 GRACE_S = 2.0  # how long a cancelled agent gets to stop, before its thread is interrupted
+GATHER_S = 0.005
+"""Agents' turns arrive over HTTP from many threads, milliseconds apart: the in-process
+batched sampler waits this long for more after each arrival, so they share a batch."""
 OPENAI_PIP = "pip install 'tracerl[agents]'"
 
 
@@ -265,6 +268,8 @@ class AgentBackend:
         episode_id: str,
     ) -> Episode:
         cfg = config or RolloutConfig()
+        if getattr(policy.sampler, "gather_s", None) == 0.0:  # `BatchedHFSampler`
+            policy.sampler.gather_s = GATHER_S
         instance = env()
         loop = asyncio.get_running_loop()
         session = GatewaySession(

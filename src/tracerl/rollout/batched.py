@@ -66,6 +66,9 @@ class BatchedHFSampler:
     """Ancestral sampling from a causal LM, batching the requests that wait together."""
 
     gather_ticks = 4  # event-loop ticks to wait so requests issued together share a batch
+    gather_s = 0.0
+    """Seconds to wait for more requests after one arrives (see `_gather_stragglers`); 0:
+    only `gather_ticks` (requests of in-process episodes arrive in the same ticks)."""
 
     def __init__(
         self,
@@ -122,11 +125,27 @@ class BatchedHFSampler:
                 continue
             for _ in range(self.gather_ticks):
                 await asyncio.sleep(0)
+            await self._gather_stragglers()
             taken = self._pending[: self.max_batch_size]
             del self._pending[: self.max_batch_size]
             batch = [(req, fut) for req, fut in taken if not fut.done()]
             if batch:
                 await self._serve(batch)
+
+    async def _gather_stragglers(self) -> None:
+        """With `gather_s` > 0: wait while requests keep arriving (each wait `gather_s`,
+        all of them at most 10 x `gather_s`), so turns that arrive milliseconds apart
+        (over HTTP, from many threads: the gateway's agents) share one batch."""
+        if self.gather_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10 * self.gather_s
+        seen = len(self._pending)
+        while seen < self.max_batch_size and loop.time() < deadline:
+            await asyncio.sleep(self.gather_s)
+            if len(self._pending) == seen:
+                return
+            seen = len(self._pending)
 
     async def _serve(self, batch: list[Pending]) -> None:
         requests = [req for req, _ in batch]
