@@ -72,3 +72,22 @@ def test_readiness_measures_an_agent(tmp_path):
     assert env["numbers"]["replayed"] > 0
     assert env["numbers"]["replay_drift_rate"] == 0.0
     assert env["numbers"]["env_error_rate"] == 0.0
+
+
+def test_the_documented_example_trains(tmp_path):
+    """docs/gateway.md's example, as a user runs it (a few steps)."""
+    out = tracerl(
+        "train",
+        "examples/calculator_agent.yaml",
+        f"out_dir={tmp_path}",
+        "trainer.steps=3",
+        "env.eval_tasks=4",
+    )
+    assert "heldout success" in out
+    run = tmp_path / "calculator-agent"
+    steps = metrics(run)
+    assert len(steps) == 3 and all(m["train/loss"] == m["train/loss"] for m in steps)
+    trajectories = [t for _, t in read_run_trajectories(run)]
+    agent = trajectories[0].receipt["agent"]
+    assert agent["entry"] == "examples.calculator_agent:solve" and agent["requests"] >= 1
+    assert trajectories[0].receipt["tool_schemas"][0]["function"]["name"] == "add"

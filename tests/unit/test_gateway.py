@@ -418,3 +418,16 @@ def test_tracerl_gateway_records_sessions_for_inspection(tmp_path):
         env={**os.environ, "COLUMNS": "200"},
     )
     assert shown.returncode == 0 and "tracerl gateway · 1 requests" in shown.stdout, shown
+
+
+def test_the_documented_example_is_the_example_file():
+    """docs/gateway.md shows examples/calculator_agent.py and its config as they are."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "gateway.md").read_text()
+    code = (root / "examples" / "calculator_agent.py").read_text()
+    assert f"```python\n{code}```" in doc
+    config = (root / "examples" / "calculator_agent.yaml").read_text()
+    settings = "".join(line + "\n" for line in config.splitlines() if not line.startswith("#"))
+    assert f"```yaml\n{settings}```" in doc
