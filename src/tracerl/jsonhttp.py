@@ -9,8 +9,10 @@ from typing import Any
 
 
 class JSONHandler(BaseHTTPRequestHandler):
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode()
+    def _send(self, status: int, payload: dict[str, Any], *, ascii_only: bool = False) -> None:
+        """`ascii_only`: escape every non-ASCII character (text a model wrote may hold
+        what UTF-8 cannot encode)."""
+        data = json.dumps(payload, ensure_ascii=ascii_only).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

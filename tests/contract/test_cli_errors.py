@@ -107,6 +107,16 @@ CASES = {
         "rows.jsonl:2: the row has no 'expected' field",
         "add the field to that line of rows.jsonl",
     ),
+    "an agent module that is not there": (
+        ["train", "good.yaml", "agent=mypkg.agent:solve"],
+        "agent: agent 'mypkg.agent:solve': no module named 'mypkg'",
+        "pip install -e",
+    ),
+    "an agent on Ray rollout workers": (
+        ["train", "good.yaml", "agent=mypkg.agent:solve", "trainer.rollout.backend=ray"],
+        "trainer.rollout.backend=ray is not supported with it",
+        None,
+    ),
     "missing config file": (["train", "nope.yaml"], "nope.yaml: no such config file", None),
     "a key twice": (
         ["train", "twice.yaml"],

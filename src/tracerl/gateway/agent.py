@@ -151,6 +151,7 @@ class AgentThread(threading.Thread):
         self.timeout_s, self.done = timeout_s, done
         self.loop: asyncio.AbstractEventLoop | None = None
         self.main: asyncio.Task[Any] | None = None
+        self.finished = False
 
     def run(self) -> None:
         try:
@@ -159,12 +160,19 @@ class AgentThread(threading.Thread):
             else:
                 how = self._connection("OpenAI")
                 task = copy.deepcopy(self.task)
-                result = self.fn(task, how["client"]) if "client" in how else self.fn(task, **how)
+                try:
+                    result = (
+                        self.fn(task, how["client"]) if "client" in how else self.fn(task, **how)
+                    )
+                finally:
+                    if "client" in how:
+                        how["client"].close()
                 if inspect.isawaitable(result):
                     raise TypeError("the agent returned an awaitable: make it an async def")
             outcome = AgentOutcome(result=result)
         except BaseException as e:  # everything the agent raises is recorded, nothing escapes
             outcome = AgentOutcome(exception=e, traceback=traceback.format_exc(limit=20))
+        self.finished = True  # no interrupt from here on: it would land in `done`
         self.done(outcome)
 
     def _connection(self, kind: str) -> dict[str, Any]:
@@ -221,7 +229,7 @@ class AgentThread(threading.Thread):
     def interrupt(self) -> None:
         """Raise `AgentStopped` in the thread (it takes effect at its next Python
         bytecode: a thread blocked in C code stays blocked)."""
-        if self.ident is not None and self.is_alive():
+        if self.ident is not None and self.is_alive() and not self.finished:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self.ident), ctypes.py_object(AgentStopped)
             )
@@ -366,9 +374,11 @@ class AgentBackend:
     def _policys(self, session: GatewaySession, e: BaseException) -> bool:
         """Is the agent's crash the model's doing? Its last turn was unreadable, or the
         exception is one the config names as the agent failing to use the model's answer."""
+        if not session.records:  # the model never answered: nothing of it to blame
+            return False
         if isinstance(e, self.policy_exceptions):
             return True
-        last = session.records.get(max(session.records)) if session.records else None
+        last = session.records.get(max(session.records))
         return bool(last and last.get("policy_error"))
 
 

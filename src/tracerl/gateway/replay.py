@@ -18,12 +18,31 @@ from typing import Any
 
 from tracerl.envs.parsers import get_parser
 from tracerl.gateway.agent import ending
-from tracerl.gateway.chat import GatewayError
+from tracerl.gateway.chat import GatewayError, normalize_messages, normalize_tools
 from tracerl.gateway.session import GatewaySession, HarnessEnv
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Policy
 from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable, ScriptedSampler
-from tracerl.types import Receipt, Source, Trajectory
+from tracerl.types import Receipt, Source, StopReason, Trajectory
+
+ASKED = ("tool_choice", "max_tokens", "max_completion_tokens")
+SAMPLER_FAILED = ("sampler_unavailable", "sampling_failed", "gateway_failed")
+
+
+def _unanswered(
+    session: GatewaySession, body: dict[str, Any], request: dict[str, Any], recorded_stop: str
+) -> str | None:
+    """Replay a request that got no turn: its messages, then the budget check."""
+    try:
+        session._update(normalize_messages(body["messages"]), normalize_tools(body["tools"]))
+    except GatewayError as e:
+        return e.message
+    if request.get("why") == "budget_exhausted" and session.stop is None:
+        stop = session._stop_before_turn()
+        if stop is None and recorded_stop == StopReason.TIMEOUT.value:
+            stop = StopReason.TIMEOUT  # the wall clock ran out: not replayable, taken as read
+        session.stop = stop
+    return None
 
 
 def _recorded_policy(
@@ -77,11 +96,30 @@ async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any
             messages, tools = request["messages"], request.get("tools", tools)
         else:
             messages = [*session.history, *request["new_messages"]]
+        body = {"messages": messages, "tools": tools}
+        body.update({key: request[key] for key in ASKED if key in request})
+        last = k == len(requests) - 1 and bool(agent.get("unanswered"))
+        if last and request.get("why") not in SAMPLER_FAILED:
+            # refused by a budget, or still unanswered when the episode ended: what it
+            # changed is its messages (and the budget check), not a turn
+            problem = _unanswered(session, body, request, receipt.stop_reason or "")
+            if problem is not None:
+                return ReplayReport(receipt.episode_id, False, f"request {k}: {problem}")
+            continue
         try:
-            await session.complete({"messages": messages, "tools": tools})
+            await session.complete(body)
         except GatewayError as e:  # only the last request may go unanswered, as recorded
-            if k < len(requests) - 1 or not agent.get("unanswered"):
+            if not last:
                 return ReplayReport(receipt.episode_id, False, f"request {k}: {e.message}")
+    for k, rec in sorted(steps.items()):  # what the harness was answered, turn by turn
+        again = session.records.get(k, {})
+        for key in ("response", "policy_error"):
+            if key in rec and rec[key] != again.get(key):
+                return ReplayReport(
+                    receipt.episode_id,
+                    False,
+                    f"step {k}: {key} recorded {rec[key]!r:.120}, replayed {again.get(key)!r:.120}",
+                )
     replayed = session.conv.samples() if session.conv is not None else []
     diff = first_difference(trajectories, replayed)
     recorded_breaks = [b["reason"] for b in agent.get("history_breaks", [])]

@@ -4,7 +4,9 @@
     GET  /v1/models              the served model
     GET  /health                 200
     GET  /tracerl/sessions       every open session: requests, samples, history breaks
-    GET  /tracerl/sessions/ID    one session's samples: token ids, sources, loss mask, text
+                                 (`tracerl gateway` only: no episode may list the others)
+    GET  /tracerl/sessions/KEY   one session's samples: token ids, sources, loss mask, text
+                                 (by the session's own key)
     POST /tracerl/sessions/ID/end    {"answer": ...}: close a session; its episode is written
                                  (`tracerl gateway --out DIR`; training ends its own)
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -134,7 +137,10 @@ class Gateway:
             answer = future.result(timeout=self.request_timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise GatewayError(504, "no answer in time (the sampler is overloaded?)") from None
+            error = f"no answer within {self.request_timeout_s:g} s (the sampler is overloaded?)"
+            with contextlib.suppress(RuntimeError):  # its loop ended: the episode is over
+                session.loop.call_soon_threadsafe(session.note_failure, error)
+            raise GatewayError(504, error, "timeout") from None
         except concurrent.futures.CancelledError:
             raise GatewayError(409, f"session {session.episode_id} ended", "closed") from None
         answer["stream"] = bool(body.get("stream"))
@@ -170,18 +176,29 @@ class Gateway:
             return 200, {"status": "ok"}
         if path in ("/v1/models", "/models"):
             return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        with self._lock:
-            sessions = list(self.sessions.values())
-        if path == "/tracerl/sessions":
-            return 200, {"sessions": [s.summary() for s in sessions]}
+        if path == "/tracerl/sessions" and self.open_session is not None:
+            # `tracerl gateway` only: during training no episode may list the others
+            with self._lock:
+                sessions = list(self.sessions.values())
+            return 200, {"sessions": [self._on_loop(s, s.summary) for s in sessions]}
         if path.startswith("/tracerl/sessions/"):
             name = path.rsplit("/", 1)[1]
-            for s in sessions:
-                if name in (s.token, s.episode_id) and s.conv is not None:
-                    samples = [t.to_dict() for t in s.conv.samples()]
-                    return 200, {**s.summary(), "samples": samples}
-            return 404, {"error": {"message": f"no session {name!r}"}}
+            with self._lock:  # by its key only: another episode cannot read it
+                session = self.sessions.get(name)
+            if session is not None:
+                return 200, self._on_loop(session, session.details)
+            return 404, {"error": {"message": f"no session with the key {name!r}"}}
         return 404, {"error": {"message": f"no route GET {path}"}}
+
+    def _on_loop(self, session: GatewaySession, read: Callable[[], Any]) -> Any:
+        """Read a session on its own event loop (where it changes), never mid-change."""
+
+        async def call() -> Any:
+            return read()
+
+        if session.loop is None or session.loop.is_closed():
+            return read()
+        return asyncio.run_coroutine_threadsafe(call(), session.loop).result(timeout=60)
 
 
 def _handler(gateway: Gateway) -> type:
@@ -194,13 +211,22 @@ def _handler(gateway: Gateway) -> type:
 
         def do_POST(self) -> None:
             path = self.path.split("?")[0]
-            n = int(self.headers.get("Content-Length", 0))
+            try:
+                n = int(self.headers.get("Content-Length", 0))
+            except ValueError:
+                n = -1
+            if n < 0:
+                self.close_connection = True
+                return self._send(400, {"error": {"message": "bad Content-Length"}})
             if n > MAX_BODY:
                 self.close_connection = True
                 return self._send(413, {"error": {"message": "request body too large"}})
             raw = self.rfile.read(n) if n else b""
             if path.startswith("/tracerl/sessions/") and path.endswith("/end"):
-                return self._send(*gateway.end(path.split("/")[-2], raw))
+                try:
+                    return self._send(*gateway.end(path.split("/")[-2], raw))
+                except Exception as e:
+                    return self._send(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
             if path not in CHAT_ROUTES:
                 return self._send(404, {"error": {"message": f"no route POST {path}"}})
             try:
@@ -211,7 +237,7 @@ def _handler(gateway: Gateway) -> type:
                 err = GatewayError(500, f"{type(e).__name__}: {e}", "internal")
                 return self._send(500, err.body())
             if not answer.pop("stream"):
-                return self._send(200, answer)
+                return self._send(200, answer, ascii_only=True)
             events = "".join(f"data: {json.dumps(c)}\n\n" for c in stream_chunks(answer))
             data = (events + "data: [DONE]\n\n").encode()
             self.send_response(200)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracerl.envs.base import Env, StepResult
+from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.gateway.chat import (
     GatewayError,
@@ -127,9 +128,23 @@ class GatewaySession:
 
     # ---- a request -------------------------------------------------------------------------
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Answer one chat-completions request (one at a time per session)."""
+        """Answer one chat-completions request (one at a time per session). A failure of
+        the gateway itself (not the request's) is recorded: the episode is then nobody's
+        signal (``unknown``), never the harness's or the model's."""
         async with self._lock:
-            return await self._complete(body)
+            try:
+                return await self._complete(body)
+            except GatewayError as e:
+                if self.unanswered is not None and "why" not in self.unanswered:
+                    self.unanswered["why"] = e.code
+                raise
+            except Exception as e:
+                self.unknown_fault = True
+                self.error = self.error or f"gateway failed: {type(e).__name__}: {e}"
+                log.warning("gateway session %s: %s", self.episode_id, self.error)
+                if self.unanswered is not None:
+                    self.unanswered["why"] = "gateway_failed"
+                raise GatewayError(500, self.error, "gateway_failed") from e
 
     async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         self._check_open()
@@ -146,6 +161,9 @@ class GatewaySession:
         self.requests += 1
         self.ignored |= {k for k in SAMPLING_FIELDS if body.get(k) is not None}
         request = self._update(messages, tools)
+        for key in ("tool_choice", "max_tokens", "max_completion_tokens"):
+            if body.get(key) is not None:
+                request[key] = body[key]
         self.unanswered = request  # until it is answered
         stop = self._stop_before_turn()
         if stop is not None:
@@ -154,8 +172,9 @@ class GatewaySession:
         t0 = time.perf_counter()
         res = await self._sample(body)
         self._check_open()  # the episode may have ended while the turn was sampled
+        answer = self._answer(res, body, request, time.perf_counter() - t0)
         self.unanswered = None
-        return self._answer(res, body, request, time.perf_counter() - t0)
+        return answer
 
     def _check_open(self) -> None:
         if self.closed:
@@ -337,10 +356,13 @@ class GatewaySession:
         ids = res.token_ids
         stopped = res.finish_reason == "stop" and ids and ids[-1] in renderer.stop_token_ids
         text = renderer.decode(ids[:-1] if stopped else ids)
-        action = parser.parse(text, step=step)
+        if self.tools is None or body.get("tool_choice") == "none":
+            # no tools offered, or none wanted: whatever the model wrote is text, as a chat
+            # model's answer (a tag protocol such as Search-R1's is the harness's to read)
+            action = Action(text=text, answer=text)
+        else:
+            action = parser.parse(text, step=step)
         calls: tuple[ToolCall, ...] = () if action.error else action.tool_calls
-        if body.get("tool_choice") == "none":
-            calls = ()  # the harness asked for no calls: whatever the model wrote is text
         fault = action.error or check_calls(calls, self.tools)
         self.conv.add_policy(
             ids,
@@ -396,6 +418,12 @@ class GatewaySession:
             f"chatcmpl-{self.replay_id}-{step}", str(served), message, finish, usage, extra
         )
 
+    def note_failure(self, error: str) -> None:
+        """Infrastructure failed a request outside the session (no answer in time): the
+        episode is the environment's, whatever the harness does next."""
+        self.env_fault = True
+        self.error = self.error or error
+
     # ---- the end ---------------------------------------------------------------------------
     def finish(
         self, stop: StopReason, *, answer: Any = None, agent: dict[str, Any] | None = None
@@ -408,6 +436,8 @@ class GatewaySession:
         from tracerl.rollout.episode import finish_episode
 
         self.closed = True
+        if self.unanswered is not None and "why" not in self.unanswered:
+            self.unanswered["why"] = "in_flight"  # the episode ended while it was sampled
         if answer is not None and self.records:
             last = max(self.records)
             self.records[last]["info"] = {"answer": answer}
@@ -447,6 +477,11 @@ class GatewaySession:
             "closed": self.closed,
             "stop": self.stop.value if self.stop else None,
         }
+
+    def details(self) -> dict[str, Any]:
+        """`summary` and every sample, token by token (ids, sources, log-probs, text)."""
+        samples = self.conv.samples() if self.conv is not None else []
+        return {**self.summary(), "samples": [t.to_dict() for t in samples]}
 
 
 def _key(message: dict[str, Any]) -> str:

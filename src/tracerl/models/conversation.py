@@ -320,10 +320,18 @@ class Conversation:
     def _attribute(self, first_new: int, offset: int, real: str, *, prompt: bool) -> list[Piece]:
         """Split `real[offset:]` into scaffold and content pieces for messages[first_new:]."""
         msgs = self.messages
+        # Earlier model turns in a prompt are rendered as the template prints them (scaffold:
+        # the model's own added tokens such as <tool_call> stay single tokens), unless their
+        # text spells a special token (<|im_end|> written out): then they are content, so
+        # no text a model (or a harness) wrote can forge a turn boundary in a new prompt.
         swap = {
             i
             for i in range(first_new, len(msgs))
-            if msgs[i]["role"] != "assistant" and msgs[i]["content"]
+            if msgs[i]["content"]
+            and (
+                msgs[i]["role"] != "assistant"
+                or (prompt and self.renderer.spells_special(msgs[i]["content"]))
+            )
         }
         swapped = [
             {**m, "content": self._sentinels(i)} if i in swap else m for i, m in enumerate(msgs)

@@ -123,6 +123,12 @@ class ChatRenderer:
             reverse=True,
         )
         self._added_re = re.compile("|".join(map(re.escape, added))) if added else None
+        special = sorted(
+            (t for t in getattr(tokenizer, "all_special_tokens", ()) if len(t) > 1),
+            key=len,
+            reverse=True,
+        )
+        self._special_re = re.compile("|".join(map(re.escape, special))) if special else None
         self.renders_tools = re.search(r"\btools\b", template) is not None
         self.prints_date = "date_string" in template or "strftime_now" in template
         self.stop_token_ids: frozenset[int] = frozenset(self._turn_end_ids())
@@ -245,6 +251,10 @@ class ChatRenderer:
             for m in self._added_re.finditer(joined)
             for lo, hi in spans
         )
+
+    def spells_special(self, text: str) -> bool:
+        """Does `text` hold a special token's text (``<|im_end|>``, the eos)?"""
+        return self._special_re is not None and self._special_re.search(text) is not None
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)

@@ -179,7 +179,7 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
 
 
 def first_difference(a: Sequence[Trajectory], b: Sequence[Trajectory]) -> str | None:
-    """The first place where two episodes' token ids or loss masks differ."""
+    """The first place where two episodes' token ids, authors or loss masks differ."""
     if len(a) != len(b):
         return f"recorded {len(a)} samples, replayed {len(b)}"
     for i, (ta, tb) in enumerate(zip(a, b, strict=True)):
@@ -188,7 +188,7 @@ def first_difference(a: Sequence[Trajectory], b: Sequence[Trajectory]) -> str | 
         for j in range(max(len(ids_a), len(ids_b))):
             if j >= len(ids_a) or j >= len(ids_b):
                 return f"sample {i}: recorded {len(ids_a)} tokens, replayed {len(ids_b)}"
-            if ids_a[j] != ids_b[j] or mask_a[j] != mask_b[j]:
+            if ids_a[j] != ids_b[j] or mask_a[j] != mask_b[j] or src_a[j] != src_b[j]:
                 return (
                     f"sample {i}, token {j}: recorded {ids_a[j]} ({src_a[j].value}, mask "
                     f"{mask_a[j]}), replayed {ids_b[j]} ({src_b[j].value}, mask {mask_b[j]})"
@@ -223,6 +223,8 @@ async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None
     if receipt.agent is not None:  # the agent is the environment: run it again
         from tracerl.gateway.replay import replay_live_gateway
 
+        if env is not None:
+            await env.close()
         return await replay_live_gateway(trajectories)
     if env is None:
         try:
