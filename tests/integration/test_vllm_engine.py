@@ -10,6 +10,7 @@ test that starts a server pays ~20-40 s for it (vLLM's engine start and warm-up)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -118,8 +119,9 @@ def engine(tmp_path_factory):
         yield e, bundle
 
 
-def test_trajectories_hold_exactly_what_the_server_returned(engine):
-    e, _ = engine
+@contextlib.contextmanager
+def recording(e):
+    """The server's answers, as they came: (token ids, log-probs) per turn."""
     answers = []
     result = e.sampler.result
 
@@ -130,15 +132,19 @@ def test_trajectories_hold_exactly_what_the_server_returned(engine):
 
     e.sampler.result = recorded
     try:
-        tasks = [
-            {"id": f"t{i}", "a": i, "b": 2 * i, "answers": [str(3 * i % 10)]} for i in range(3)
-        ]
-        rollout = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=12, reserve=None)
+        yield answers
+    finally:
+        e.sampler.result = result
+
+
+def test_trajectories_hold_exactly_what_the_server_returned(engine):
+    e, _ = engine
+    tasks = [{"id": f"t{i}", "a": i, "b": 2 * i, "answers": [str(3 * i % 10)]} for i in range(3)]
+    rollout = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=12, reserve=None)
+    with recording(e) as answers:
         groups = asyncio.run(
             run_groups("arithmetic", tasks, e.policy, rollout, group_size=3, seed=5)
         )
-    finally:
-        e.sampler.result = result
     segments = [
         (tuple(f"token_id:{t}" for t in s.token_ids), s.logprobs, s.policy_version)
         for g in groups
@@ -159,13 +165,6 @@ def test_an_openai_sdk_agent_samples_on_the_server_through_the_gateway(engine):
     from tracerl.gateway import AgentBackend, Gateway
 
     e, _ = engine
-    answers = []
-    result = e.sampler.result
-
-    def recorded(answer, request):
-        lp = answer["choices"][0]["logprobs"]
-        answers.append((tuple(lp["tokens"]), tuple(lp["token_logprobs"])))
-        return result(answer, request)
 
     async def run():
         with Gateway(e.policy.model_id) as gateway:
@@ -176,11 +175,8 @@ def test_an_openai_sdk_agent_samples_on_the_server_through_the_gateway(engine):
                 "arithmetic", tasks, e.policy, rollout, group_size=3, seed=5, backend=backend
             )
 
-    e.sampler.result = recorded
-    try:
+    with recording(e) as answers:
         groups = asyncio.run(run())
-    finally:
-        e.sampler.result = result
     episodes = [ep for g in groups for ep in g]
     assert all(ep.receipt.agent["entry"] == "tests.agents:arithmetic" for ep in episodes)
     assert all(ep.attribution is Attribution.POLICY for ep in episodes), [

@@ -49,8 +49,9 @@ from tracerl.gateway.chat import (
     tool_version,
 )
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.episode import Policy, episode_seed
-from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
+from tracerl.rollout.episode import Policy
+from tracerl.rollout.runner import budget_stop, turn_request
+from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.types import Fault, FaultKind, StopReason, ToolCall, TrajectoryError
 
 log = logging.getLogger("tracerl")
@@ -303,40 +304,19 @@ class GatewaySession:
 
     # ---- a turn ----------------------------------------------------------------------------
     def _stop_before_turn(self) -> StopReason | None:
-        b, used = self.cfg.budgets, self.ledger.used
         self.ledger.context_tokens = len(self.conv.token_ids)
         elapsed = round(time.perf_counter() - self.t0, 4)
-        if b.wall_time_s is not None and elapsed >= b.wall_time_s:
-            return StopReason.TIMEOUT
-        if used["steps"] >= b.steps:
-            return StopReason.MAX_STEPS
-        if b.sampled_tokens is not None and used["sampled_tokens"] >= b.sampled_tokens:
-            return StopReason.MAX_TOKENS
-        if b.context_tokens is not None and self.ledger.context_tokens >= b.context_tokens - 1:
-            return StopReason.CONTEXT_OVERFLOW
-        self.ledger.elapsed_s.append(elapsed)
-        return None
+        stop = budget_stop(self.cfg.budgets, self.ledger, elapsed)
+        if stop is None:
+            self.ledger.elapsed_s.append(elapsed)
+        return stop
 
     async def _sample(self, body: dict[str, Any]) -> SampleResult:
-        b, used = self.cfg.budgets, self.ledger.used
-        limit = self.cfg.max_turn_tokens
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
-        if asked is not None:
-            if not isinstance(asked, int) or asked < 1:
-                raise GatewayError(400, f"max_tokens must be a positive integer, not {asked!r}")
-            limit = min(limit, asked)
-        if b.sampled_tokens is not None:
-            limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
-        if b.context_tokens is not None:
-            limit = min(limit, b.context_tokens - self.ledger.context_tokens)
-        step = self.conv.step
-        request = SampleRequest(
-            self.conv.token_ids,
-            max_tokens=max(1, limit),
-            stop_token_ids=self.policy.renderer.stop_token_ids,
-            seed=episode_seed(self.seed, self.episode_id, "turn", step),
-            episode_id=self.episode_id,
-            turn=step,
+        if asked is not None and (not isinstance(asked, int) or asked < 1):
+            raise GatewayError(400, f"max_tokens must be a positive integer, not {asked!r}")
+        request = turn_request(
+            self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=asked
         )
         try:
             return await self.policy.sampler.sample(request)

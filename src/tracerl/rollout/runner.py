@@ -40,7 +40,15 @@ from tracerl.types import Attribution, Fault, FaultKind, StopReason
 
 log = logging.getLogger("tracerl")
 Sleep = Callable[[float], Awaitable[None]]
-__all__ = ["Episode", "Policy", "episode_seed", "failed_episode", "run_episode"]
+__all__ = [
+    "Episode",
+    "Policy",
+    "budget_stop",
+    "episode_seed",
+    "failed_episode",
+    "run_episode",
+    "turn_request",
+]
 
 
 async def run_episode(
@@ -89,6 +97,50 @@ async def failed_episode(
     run.env_fault, run.error = True, error
     await env.close()
     return finish_episode(run, StopReason.INFRA_FAILURE)
+
+
+def budget_stop(budgets: Any, ledger: Ledger, elapsed: float) -> StopReason | None:
+    """Which budget (if any) stops the episode before its next model turn: wall time,
+    model turns, sampled tokens, context (`ledger.context_tokens` up to date)."""
+    used = ledger.used
+    if budgets.wall_time_s is not None and elapsed >= budgets.wall_time_s:
+        return StopReason.TIMEOUT
+    if used["steps"] >= budgets.steps:
+        return StopReason.MAX_STEPS
+    if budgets.sampled_tokens is not None and used["sampled_tokens"] >= budgets.sampled_tokens:
+        return StopReason.MAX_TOKENS
+    if budgets.context_tokens is not None and ledger.context_tokens >= budgets.context_tokens - 1:
+        return StopReason.CONTEXT_OVERFLOW
+    return None
+
+
+def turn_request(
+    conv: Any,
+    cfg: RolloutConfig,
+    ledger: Ledger,
+    seed: int,
+    episode_id: str,
+    *,
+    asked: int | None = None,
+) -> SampleRequest:
+    """The next model turn's request: the token stream so far, at most
+    `cfg.max_turn_tokens` (and `asked`, a client's own max_tokens) within what the sampled-
+    token and context budgets leave, the turn's own seed (so the episode is reproducible
+    under any batching)."""
+    b, used = cfg.budgets, ledger.used
+    limit = cfg.max_turn_tokens if asked is None else min(cfg.max_turn_tokens, asked)
+    if b.sampled_tokens is not None:
+        limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
+    if b.context_tokens is not None:
+        limit = min(limit, b.context_tokens - ledger.context_tokens)
+    return SampleRequest(
+        conv.token_ids,
+        max_tokens=max(1, limit),
+        stop_token_ids=conv.renderer.stop_token_ids,
+        seed=episode_seed(seed, episode_id, "turn", conv.step),
+        episode_id=episode_id,
+        turn=conv.step,
+    )
 
 
 class _EpisodeRun:
@@ -181,40 +233,19 @@ class _EpisodeRun:
         return None
 
     def _stop_before_turn(self) -> StopReason | None:
-        b, used = self.cfg.budgets, self.ledger.used
         step = self.conv.step
         self.ledger.context_tokens = len(self.conv.token_ids)
         elapsed = round(self.clock(step), 4)  # compared as recorded, so replay agrees
         self.ledger.elapsed_s.append(elapsed)
-        if b.wall_time_s is not None and elapsed >= b.wall_time_s:
-            return StopReason.TIMEOUT
-        if used["steps"] >= b.steps:
-            return self._route_stop(StopReason.MAX_STEPS)
-        if b.sampled_tokens is not None and used["sampled_tokens"] >= b.sampled_tokens:
-            return StopReason.MAX_TOKENS
-        if b.context_tokens is not None and self.ledger.context_tokens >= b.context_tokens - 1:
-            return StopReason.CONTEXT_OVERFLOW
-        return None
+        stop = budget_stop(self.cfg.budgets, self.ledger, elapsed)
+        return self._route_stop(stop) if stop is StopReason.MAX_STEPS else stop
 
     def _route_stop(self, default: StopReason) -> StopReason:
         """A budget ran out: if the agent had been routed to finalize, that is why it stopped."""
         return StopReason(self.ledger.finalize) if self.ledger.finalize else default
 
     async def _sample(self, step: int) -> SampleResult:
-        b, used = self.cfg.budgets, self.ledger.used
-        limit = self.cfg.max_turn_tokens
-        if b.sampled_tokens is not None:
-            limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
-        if b.context_tokens is not None:
-            limit = min(limit, b.context_tokens - self.ledger.context_tokens)
-        request = SampleRequest(
-            self.conv.token_ids,
-            max_tokens=max(1, limit),
-            stop_token_ids=self.policy.renderer.stop_token_ids,
-            seed=episode_seed(self.seed, self.episode_id, "turn", step),
-            episode_id=self.episode_id,
-            turn=step,
-        )
+        request = turn_request(self.conv, self.cfg, self.ledger, self.seed, self.episode_id)
         return await self.policy.sampler.sample(request)
 
     def _text(self, res: SampleResult) -> str:
