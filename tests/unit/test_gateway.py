@@ -278,8 +278,10 @@ def test_an_unparseable_tool_call_is_returned_as_text_and_counted(bundle):
 def test_a_call_to_a_tool_not_offered_is_the_policys(bundle):
     call = '<tool_call>[{"name": "multiply", "arguments": {"a": 2, "b": 3}}]</tool_call>'
     episode = via_gateway("tests.agents:solve", scripted(bundle, {0: call}))
-    # the harness crashed on the unknown tool (add(**args) of another tool's call)
-    assert episode.steps[0]["fault"]["kind"] == "unknown_tool"
+    step = episode.steps[0]
+    assert step["fault"]["kind"] == "unknown_tool" and step["policy_error"]
+    assert step["response"]["tool_calls"][0]["name"] == "multiply"  # returned as made
+    assert [c["policy_error"] for c in step["calls"]] == [True]  # the harness answered it
     assert episode.attribution is Attribution.POLICY
 
 

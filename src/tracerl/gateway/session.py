@@ -29,6 +29,7 @@ are recorded and not applied (the learner computes log-probs at the run's temper
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import secrets
@@ -49,7 +50,7 @@ from tracerl.gateway.chat import (
     tool_version,
 )
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.episode import Policy
+from tracerl.rollout.episode import Episode, Policy, finish_episode
 from tracerl.rollout.runner import budget_stop, turn_request
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.types import Fault, FaultKind, StopReason, ToolCall, TrajectoryError
@@ -343,7 +344,8 @@ class GatewaySession:
         else:
             action = parser.parse(text, step=step)
         calls: tuple[ToolCall, ...] = () if action.error else action.tool_calls
-        fault = action.error or check_calls(calls, self.tools)
+        wrong = check_calls(calls, self.tools)
+        fault = action.error or (wrong[0] if wrong else None)
         self.conv.add_policy(
             ids,
             res.logprobs,
@@ -384,6 +386,8 @@ class GatewaySession:
         )
         if fault is not None:
             rec["fault"] = fault.to_dict()
+        if wrong is not None:
+            rec["fault_call"] = wrong[1]
         label = "parse_error" if action.error else "+".join(c.name for c in calls) or "answer"
         self.ledger.record(step, label, 0.0, len(ids), None)
         prompt_n = len(self.conv.token_ids) - len(ids)
@@ -407,14 +411,10 @@ class GatewaySession:
     # ---- the end ---------------------------------------------------------------------------
     def finish(
         self, stop: StopReason, *, answer: Any = None, agent: dict[str, Any] | None = None
-    ) -> Any:
+    ) -> Episode:
         """Close the session: the episode it recorded, ended by `stop` (whose it is follows
         from the fault flags, as for the runner's episodes). `answer` goes into the last
         step's ``info`` (what rewards read); `agent` into the receipt."""
-        import dataclasses
-
-        from tracerl.rollout.episode import finish_episode
-
         self.closed = True
         if self.unanswered is not None and "why" not in self.unanswered:
             self.unanswered["why"] = "in_flight"  # the episode ended while it was sampled
@@ -470,10 +470,7 @@ def _key(message: dict[str, Any]) -> str:
 
 def _call_record(call: ToolCall, message: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     """A tool call the model made and the harness answered, in the runner's record form."""
-    fault = rec.get("fault") or {}
-    bad = fault.get("kind") in ("unknown_tool", "invalid_arguments") and call.name in fault.get(
-        "message", ""
-    )
+    bad = rec.get("fault_call") == call.id  # the call `check_calls` found at fault
     return {
         "call_id": call.id,
         "action": {"tool": call.name, "args": call.arguments},
@@ -492,19 +489,21 @@ def _call_record(call: ToolCall, message: dict[str, Any], rec: dict[str, Any]) -
     }
 
 
-def check_calls(calls: Sequence[ToolCall], tools: list[dict[str, Any]] | None) -> Fault | None:
+def check_calls(
+    calls: Sequence[ToolCall], tools: list[dict[str, Any]] | None
+) -> tuple[Fault, str] | None:
     """The model's calls against the request's tools: a tool not offered, or arguments its
     JSON schema refuses, is the policy's fault (the calls are still returned: the harness
-    decides what to do with them)."""
+    decides what to do with them). The first such fault and the call's id, or None."""
     offered = {t["function"]["name"]: t["function"] for t in tools or ()}
     for c in calls:
         fn = offered.get(c.name)
         if fn is None:
             names = ", ".join(sorted(offered)) or "none"
-            return Fault(FaultKind.UNKNOWN_TOOL, f"unknown tool {c.name!r}; tools: {names}")
+            return Fault(FaultKind.UNKNOWN_TOOL, f"unknown tool {c.name!r}; tools: {names}"), c.id
         problem = _schema_problem(c.arguments, fn.get("parameters"))
         if problem is not None:
-            return Fault(FaultKind.INVALID_ARGUMENTS, f"{c.name}: {problem}")
+            return Fault(FaultKind.INVALID_ARGUMENTS, f"{c.name}: {problem}"), c.id
     return None
 
 
