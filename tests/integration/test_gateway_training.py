@@ -61,7 +61,7 @@ def test_an_openai_sdk_agent_trains_as_native_episodes_do(tmp_path):
 def test_eval_of_an_agent_config_runs_the_agent(tmp_path):
     out = tmp_path / "eval"
     tracerl("eval", "configs/learn-arithmetic.yaml", AGENT, "--out", str(out), "--n", "3")
-    trajectories = [t for _, t in read_run_trajectories(out)]
+    trajectories = [t for _, t in read_run_trajectories(out / "eval")]  # the evaluation's
     assert len(trajectories) == 3
     assert all(t.receipt["agent"]["entry"] == "tests.agents:arithmetic" for t in trajectories)
 
