@@ -28,8 +28,16 @@ def _open(path: Path, mode: str, gz: bool | None = None) -> IO[str]:
 
 
 def dumps(traj: Trajectory) -> str:
-    """One line of JSON (no trailing newline)."""
-    return json.dumps(traj.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    """One line of JSON (no trailing newline). Text that UTF-8 cannot hold (a lone
+    surrogate a tool or harness returned) is written escaped, and reads back as it was: a
+    strange observation never stops a run from writing its episodes."""
+    d = traj.to_dict()
+    line = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(d, ensure_ascii=True, separators=(",", ":"))
+    return line
 
 
 def write_trajectories(

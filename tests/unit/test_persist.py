@@ -66,6 +66,20 @@ def test_line_separator_characters_inside_text_survive(tmp_path):
     assert back[1].segments[0].text == "a\u2028b\u2029c\x85d"
 
 
+def test_text_utf8_cannot_hold_is_written_and_read_back_as_it_was(tmp_path):
+    """A lone surrogate (a tool or an agent harness returned it) must not stop the run from
+    writing the episode."""
+    odd = Trajectory(
+        segments=(Segment(Source.ENVIRONMENT, (7,), text="x\ud800y"),),
+        steps=({"step": 0, "observation_messages": [{"role": "tool", "content": "\udfff"}]},),
+        episode_id="odd",
+    )
+    EpisodeWriter(tmp_path, step=0).append([_traj(0), odd])
+    back = [t for _, t in read_run_trajectories(tmp_path)]
+    assert back[1].segments[0].text == "x\ud800y"
+    assert back[1].steps[0]["observation_messages"][0]["content"] == "\udfff"
+
+
 def test_damage_in_the_middle_is_refused_not_cut(tmp_path):
     import pytest
 
