@@ -58,6 +58,20 @@ def test_an_openai_sdk_agent_trains_as_native_episodes_do(tmp_path):
     assert "tests.agents:arithmetic · 1 requests" in tracerl("show", str(run), episode)
 
 
+def test_an_agent_trains_asynchronously_too(tmp_path):
+    tracerl(
+        "train",
+        "configs/learn-arithmetic.yaml",
+        f"out_dir={tmp_path}",
+        "trainer.steps=3",
+        "env.eval_tasks=2",
+        "trainer.mode=async",
+        AGENT,
+    )
+    steps = metrics(tmp_path / "learn-arithmetic")
+    assert len(steps) == 3 and all(m["rollout/gradient_eligible_rate"] == 1.0 for m in steps)
+
+
 def test_eval_of_an_agent_config_runs_the_agent(tmp_path):
     out = tmp_path / "eval"
     tracerl("eval", "configs/learn-arithmetic.yaml", AGENT, "--out", str(out), "--n", "3")
