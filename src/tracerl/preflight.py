@@ -198,7 +198,8 @@ def prepare(cfg: RunConfig) -> Prepared:
         except ImportError as e:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
     if cfg.agent is not None:  # the agent loads, the openai SDK is there, the classes exist
-        from tracerl.gateway.agent import import_openai, load_agent, policy_exception_types
+        from tracerl.gateway.agent import policy_exception_types
+        from tracerl.gateway.harness import import_openai, load_agent
 
         try:
             load_agent(cfg.agent.entry)

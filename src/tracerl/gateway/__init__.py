@@ -14,8 +14,9 @@ what the model really sampled for an agent harness that does not know tracerl.
 See docs/gateway.md.
 """
 
-from tracerl.gateway.agent import AgentBackend, AgentOutcome, agent_backend, load_agent
+from tracerl.gateway.agent import AgentBackend, agent_backend
 from tracerl.gateway.chat import GatewayError
+from tracerl.gateway.harness import AgentOutcome, load_agent
 from tracerl.gateway.server import Gateway
 from tracerl.gateway.session import GatewaySession, new_token
 

@@ -37,22 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import ctypes
-import functools
-import inspect
 import json
 import logging
 import math
-import ssl
-import threading
-import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from tracerl.envs.base import Env
 from tracerl.errors import UserError
+from tracerl.gateway.harness import AgentOutcome, AgentThread, import_openai, load_agent
 from tracerl.gateway.server import Gateway
 from tracerl.gateway.session import GatewaySession, new_token
 from tracerl.imports import load_object
@@ -65,174 +58,6 @@ GRACE_S = 2.0  # how long a cancelled agent gets to stop, before its thread is i
 GATHER_S = 0.005
 """Agents' turns arrive over HTTP from many threads, milliseconds apart: the in-process
 batched sampler waits this long for more after each arrival, so they share a batch."""
-OPENAI_PIP = "pip install 'tracerl[agents]'"
-
-
-class AgentStopped(BaseException):
-    """Raised inside an agent's thread that ran past its time (and ignored cancellation)."""
-
-
-@dataclass
-class AgentOutcome:
-    """How one agent call ended."""
-
-    result: Any = None
-    exception: BaseException | None = None
-    traceback: str | None = None
-    timed_out: bool = False
-
-
-def import_openai() -> Any:
-    try:
-        import openai
-    except ImportError:
-        raise UserError(
-            "agent: the agent's client is the openai SDK, which is not installed",
-            f"{OPENAI_PIP} (or pip install openai)",
-        ) from None
-    return openai
-
-
-def load_agent(entry: str) -> Callable[..., Any]:
-    """The agent function at ``package.module:function``, checked: callable with a task
-    and a client."""
-    fn = load_object(entry, "agent")
-    if not callable(fn):
-        raise UserError(
-            f"agent {entry!r} is a {type(fn).__name__}, not a function",
-            "point agent at a function solve(task, client) -> answer",
-        )
-    try:
-        if wants_url(fn):
-            inspect.signature(fn).bind({}, base_url="", api_key="")
-        else:
-            inspect.signature(fn).bind({}, object())
-    except TypeError:
-        raise UserError(
-            f"agent {entry!r} cannot be called as {getattr(fn, '__name__', entry)}(task, client)",
-            "give it the signature solve(task, client) -> answer (or solve(task, base_url, "
-            "api_key) for an agent that makes its own client)",
-        ) from None
-    except ValueError:  # no signature to inspect (a builtin): try it at run time
-        pass
-    return fn
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One TLS context for every agent's client: building one per client (what the SDK
-    does by default) costs ~18 ms, most of an episode's overhead on a tiny model."""
-    return ssl.create_default_context()
-
-
-def wants_url(fn: Callable[..., Any]) -> bool:
-    """An agent that makes its own client (LangChain's ``ChatOpenAI``, a framework's
-    config) takes ``base_url`` and ``api_key`` instead of a client."""
-    try:
-        return "base_url" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-class AgentThread(threading.Thread):
-    """One agent call on a thread and event loop of its own; `done(outcome)` when it ends."""
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        task: dict[str, Any],
-        base_url: str,
-        token: str,
-        timeout_s: float,
-        done: Callable[[AgentOutcome], None],
-    ) -> None:
-        super().__init__(name=f"tracerl-agent-{token[-6:]}", daemon=True)
-        self.fn, self.task, self.base_url, self.token = fn, task, base_url, token
-        self.timeout_s, self.done = timeout_s, done
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.main: asyncio.Task[Any] | None = None
-        self.finished = False
-
-    def run(self) -> None:
-        try:
-            if inspect.iscoroutinefunction(self.fn):
-                result = self._run_async()
-            else:
-                how = self._connection("OpenAI")
-                task = copy.deepcopy(self.task)
-                try:
-                    result = (
-                        self.fn(task, how["client"]) if "client" in how else self.fn(task, **how)
-                    )
-                finally:
-                    if "client" in how:
-                        how["client"].close()
-                if inspect.isawaitable(result):
-                    raise TypeError("the agent returned an awaitable: make it an async def")
-            outcome = AgentOutcome(result=result)
-        except BaseException as e:  # everything the agent raises is recorded, nothing escapes
-            outcome = AgentOutcome(exception=e, traceback=traceback.format_exc(limit=20))
-        self.finished = True  # no interrupt from here on: it would land in `done`
-        self.done(outcome)
-
-    def _connection(self, kind: str) -> dict[str, Any]:
-        """What the agent is called with besides its task: a client, or where to reach
-        the gateway (``base_url``, ``api_key``) for an agent that makes its own."""
-        if wants_url(self.fn):
-            return {"base_url": f"{self.base_url}/v1", "api_key": self.token}
-        return {"client": self._client(kind)}
-
-    def _client(self, kind: str) -> Any:
-        openai = import_openai()
-        http = getattr(
-            openai,
-            "DefaultAsyncHttpxClient" if kind == "AsyncOpenAI" else "DefaultHttpxClient",
-            None,
-        )
-        extra = {"http_client": http(verify=_ssl_context())} if http is not None else {}
-        return getattr(openai, kind)(
-            base_url=f"{self.base_url}/v1",
-            api_key=self.token,
-            max_retries=0,  # a failed turn is the gateway's to report, never re-sent blindly
-            timeout=self.timeout_s,
-            **extra,
-        )
-
-    def _run_async(self) -> Any:
-        self.loop = loop = asyncio.new_event_loop()
-
-        async def main() -> Any:
-            how = self._connection("AsyncOpenAI")
-            if "client" not in how:
-                return await self.fn(copy.deepcopy(self.task), **how)
-            async with how["client"] as client:
-                return await self.fn(copy.deepcopy(self.task), client)
-
-        try:
-            self.main = loop.create_task(main())
-            return loop.run_until_complete(self.main)
-        finally:
-            with contextlib.suppress(Exception):
-                rest = asyncio.all_tasks(loop)
-                for t in rest:
-                    t.cancel()
-                loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
-            loop.close()
-
-    def cancel(self) -> None:
-        """Cancel the agent's task (async agents)."""
-        loop, main = self.loop, self.main
-        if loop is not None and main is not None:
-            with contextlib.suppress(RuntimeError):  # its loop already closed: it ended
-                loop.call_soon_threadsafe(main.cancel)
-
-    def interrupt(self) -> None:
-        """Raise `AgentStopped` in the thread (it takes effect at its next Python
-        bytecode: a thread blocked in C code stays blocked)."""
-        if self.ident is not None and self.is_alive() and not self.finished:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.ident), ctypes.py_object(AgentStopped)
-            )
 
 
 class AgentBackend:

@@ -112,17 +112,13 @@ def tool_version(tool: dict[str, Any]) -> str:
     return "schema:" + hashlib.sha256(blob).hexdigest()[:12]
 
 
-def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Normalized messages compare equal (tool-call arguments as parsed JSON)."""
-    return a == b
-
-
 def first_difference(
     history: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]]
 ) -> str | None:
-    """Where `messages` stops extending `history`, in words; None if it extends it."""
+    """Where `messages` stops extending `history`, in words; None if it extends it.
+    Messages are compared normalized (tool-call arguments as parsed JSON)."""
     for i, (old, new) in enumerate(zip(history, messages, strict=False)):
-        if same_message(old, new):
+        if old == new:
             continue
         if old["role"] != new["role"]:
             return f"message {i} was {old['role']!r}, is now {new['role']!r}"

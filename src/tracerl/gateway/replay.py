@@ -16,16 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tracerl.envs.parsers import get_parser
 from tracerl.gateway.agent import ending
 from tracerl.gateway.chat import GatewayError, normalize_messages, normalize_tools
-from tracerl.gateway.session import GatewaySession, HarnessEnv
+from tracerl.gateway.harness import HarnessEnv
+from tracerl.gateway.session import ASKED, GatewaySession
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.episode import Policy
-from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable, ScriptedSampler
-from tracerl.types import Receipt, Source, StopReason, Trajectory
+from tracerl.rollout.replay import recorded_policy
+from tracerl.rollout.sampler import SamplerUnavailable
+from tracerl.types import Receipt, StopReason, Trajectory
 
-ASKED = ("tool_choice", "max_tokens", "max_completion_tokens")
 SAMPLER_FAILED = ("sampler_unavailable", "sampling_failed", "gateway_failed")
 
 
@@ -45,24 +44,6 @@ def _unanswered(
     return None
 
 
-def _recorded_policy(
-    trajectories: Sequence[Trajectory], receipt: Receipt, renderer: Any
-) -> tuple[Policy, dict[int, Any]]:
-    turns = {s.step: s for t in trajectories for s in t.segments if s.source is Source.POLICY}
-
-    def tokens(req: SampleRequest) -> list[int]:
-        if req.turn not in turns:  # the recorded turn failed (the sampler was down), or
-            # the replay asked for a turn the episode never had: either way none answers
-            raise SamplerUnavailable(f"turn {req.turn} was never recorded")
-        return list(turns[req.turn].token_ids)
-
-    def logprobs(req: SampleRequest) -> list[float]:
-        return list(turns[req.turn].logprobs or ())
-
-    sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
-    return Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id), turns
-
-
 def recorded_tools(receipt: Receipt) -> list[dict[str, Any]] | None:
     tools = [{k: v for k, v in t.items() if k != "x-effect"} for t in receipt.tool_schemas]
     return tools or None
@@ -74,18 +55,19 @@ async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any
 
     receipt = Receipt.from_dict(trajectories[0].receipt)
     steps = {s["step"]: s for t in trajectories for s in t.steps}
-    policy, _ = _recorded_policy(trajectories, receipt, renderer)
+    # a turn never recorded failed when it was sampled (the sampler was down): so again
+    policy = recorded_policy(trajectories, receipt, renderer, missing=SamplerUnavailable)
+    cfg = RolloutConfig.model_validate(receipt.rollout)  # the wall clock is not replayed:
+    cfg = cfg.model_copy(update={"budgets": cfg.budgets.model_copy(update={"wall_time_s": None})})
     session = GatewaySession(
         "replay",
         policy,
-        RolloutConfig.model_validate(receipt.rollout),
+        cfg,
         seed=receipt.seed,
         episode_id=receipt.episode_id,
         task=receipt.task,
         template_kwargs=receipt.template_kwargs,
     )
-    session.ledger.budgets = session.cfg.budgets.model_copy(update={"wall_time_s": None})
-    session.cfg = session.cfg.model_copy(update={"budgets": session.ledger.budgets})
     tools = recorded_tools(receipt)
     agent = receipt.agent or {}
     requests = [steps[k]["request"] for k in sorted(steps) if "request" in steps[k]]
@@ -146,7 +128,8 @@ async def replay_live_gateway(trajectories: Sequence[Trajectory], renderer: Any 
         from tracerl.models import load
 
         renderer = load(receipt.model_id).renderer
-    policy, _ = _recorded_policy(trajectories, receipt, renderer)
+    # a turn the recording lacks is a harness that asked for more: none answers it
+    policy = recorded_policy(trajectories, receipt, renderer, missing=SamplerUnavailable)
     cfg = RolloutConfig.model_validate(receipt.rollout)
     with Gateway(receipt.model_id) as gateway:
         backend = AgentBackend(agent["entry"], gateway, timeout_s=agent.get("timeout_s", 300.0))

@@ -121,8 +121,9 @@ class Gateway:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def chat(self, headers: Any, raw: bytes) -> dict[str, Any]:
-        """One chat-completions request, answered (or a `GatewayError`)."""
+    def chat(self, headers: Any, raw: bytes) -> tuple[dict[str, Any], bool]:
+        """One chat-completions request, answered (or a `GatewayError`), and whether it
+        asked for a stream."""
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError as e:
@@ -143,8 +144,7 @@ class Gateway:
             raise GatewayError(504, error, "timeout") from None
         except concurrent.futures.CancelledError:
             raise GatewayError(409, f"session {session.episode_id} ended", "closed") from None
-        answer["stream"] = bool(body.get("stream"))
-        return answer
+        return answer, bool(body.get("stream"))
 
     def end(self, name: str, raw: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /tracerl/sessions/NAME/end``: the session's episode, closed by the
@@ -155,21 +155,11 @@ class Gateway:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError as e:
             return 400, {"error": {"message": f"the request body is not JSON: {e.msg}"}}
-        with self._lock:
-            session = next(
-                (s for s in self.sessions.values() if name in (s.token, s.episode_id)), None
-            )
-            if session is not None:
-                self.sessions = {k: v for k, v in self.sessions.items() if v is not session}
-        if session is None or session.loop is None:
+        session = self.remove(name)
+        if session is None:
             return 404, {"error": {"message": f"no open session {name!r}"}}
-
-        async def finish() -> dict[str, Any]:
-            assert self.end_session is not None
-            return self.end_session(session, body.get("answer"))
-
-        future = asyncio.run_coroutine_threadsafe(finish(), session.loop)
-        return 200, future.result(timeout=self.request_timeout_s)
+        end = self.end_session
+        return 200, self._on_loop(session, lambda: end(session, body.get("answer")))
 
     def get(self, path: str) -> tuple[int, dict[str, Any]]:
         if path == "/health":
@@ -186,19 +176,20 @@ class Gateway:
             with self._lock:  # by its key only: another episode cannot read it
                 session = self.sessions.get(name)
             if session is not None:
-                return 200, self._on_loop(session, session.details)
+                return 200, self._on_loop(session, lambda: session.summary(tokens=True))
             return 404, {"error": {"message": f"no session with the key {name!r}"}}
         return 404, {"error": {"message": f"no route GET {path}"}}
 
-    def _on_loop(self, session: GatewaySession, read: Callable[[], Any]) -> Any:
-        """Read a session on its own event loop (where it changes), never mid-change."""
+    def _on_loop(self, session: GatewaySession, fn: Callable[[], Any]) -> Any:
+        """`fn()` run on the session's own event loop (where it changes), never mid-change."""
 
         async def call() -> Any:
-            return read()
+            return fn()
 
         if session.loop is None or session.loop.is_closed():
-            return read()
-        return asyncio.run_coroutine_threadsafe(call(), session.loop).result(timeout=60)
+            return fn()
+        future = asyncio.run_coroutine_threadsafe(call(), session.loop)
+        return future.result(timeout=self.request_timeout_s)
 
 
 def _handler(gateway: Gateway) -> type:
@@ -230,13 +221,13 @@ def _handler(gateway: Gateway) -> type:
             if path not in CHAT_ROUTES:
                 return self._send(404, {"error": {"message": f"no route POST {path}"}})
             try:
-                answer = gateway.chat(self.headers, raw)
+                answer, stream = gateway.chat(self.headers, raw)
             except GatewayError as e:
                 return self._send(e.status, e.body())
             except Exception as e:  # answered, never a dropped connection
                 err = GatewayError(500, f"{type(e).__name__}: {e}", "internal")
                 return self._send(500, err.body())
-            if not answer.pop("stream"):
+            if not stream:
                 return self._send(200, answer, ascii_only=True)
             events = "".join(f"data: {json.dumps(c)}\n\n" for c in stream_chunks(answer))
             data = (events + "data: [DONE]\n\n").encode()

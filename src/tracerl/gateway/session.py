@@ -37,9 +37,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tracerl.envs.base import Env, StepResult
+from tracerl.envs.base import Env
 from tracerl.envs.parsers import Action
-from tracerl.envs.tools import ToolResult
+from tracerl.gateway.calls import call_record, check_calls
 from tracerl.gateway.chat import (
     GatewayError,
     completion_body,
@@ -49,11 +49,12 @@ from tracerl.gateway.chat import (
     openai_tool_calls,
     tool_version,
 )
+from tracerl.gateway.harness import HarnessEnv
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, finish_episode
-from tracerl.rollout.runner import budget_stop, turn_request
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
-from tracerl.types import Fault, FaultKind, StopReason, ToolCall, TrajectoryError
+from tracerl.rollout.turns import budget_stop, turn_request
+from tracerl.types import StopReason, ToolCall, TrajectoryError
 
 log = logging.getLogger("tracerl")
 
@@ -69,6 +70,10 @@ SAMPLING_FIELDS = (
     "response_format",
     "reasoning_effort",
 )
+
+
+# request fields the step records (exact replay sends them again)
+ASKED = ("tool_choice", "max_tokens", "max_completion_tokens")
 
 
 def new_token() -> str:
@@ -163,7 +168,7 @@ class GatewaySession:
         self.requests += 1
         self.ignored |= {k for k in SAMPLING_FIELDS if body.get(k) is not None}
         request = self._update(messages, tools)
-        for key in ("tool_choice", "max_tokens", "max_completion_tokens"):
+        for key in ASKED:
             if body.get(key) is not None:
                 request[key] = body[key]
         self.unanswered = request  # until it is answered
@@ -280,7 +285,7 @@ class GatewaySession:
         rec["observation_messages"] = filled
         rec["latency_ms"] = waited_ms
         rec["calls"] = [
-            _call_record(open_calls[m["tool_call_id"]], m, rec)
+            call_record(open_calls[m["tool_call_id"]], m, rec)
             for m in filled
             if m["role"] == "tool" and m["tool_call_id"] in open_calls
         ]
@@ -446,97 +451,20 @@ class GatewaySession:
         return episode
 
     # ---- inspection --------------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, tokens: bool = False) -> dict[str, Any]:
+        """What the session holds; `tokens`: every sample token by token (ids, sources,
+        log-probs, text) in place of their count."""
         samples = self.conv.samples() if self.conv is not None else []
         return {
             "session": self.episode_id,
             "requests": self.requests,
             "model_turns": self.ledger.used["steps"],
-            "samples": len(samples),
+            "samples": [t.to_dict() for t in samples] if tokens else len(samples),
             "history_breaks": self.breaks,
             "closed": self.closed,
             "stop": self.stop.value if self.stop else None,
         }
 
-    def details(self) -> dict[str, Any]:
-        """`summary` and every sample, token by token (ids, sources, log-probs, text)."""
-        samples = self.conv.samples() if self.conv is not None else []
-        return {**self.summary(), "samples": [t.to_dict() for t in samples]}
-
 
 def _key(message: dict[str, Any]) -> str:
     return json.dumps(message, sort_keys=True, ensure_ascii=False)
-
-
-def _call_record(call: ToolCall, message: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
-    """A tool call the model made and the harness answered, in the runner's record form."""
-    bad = rec.get("fault_call") == call.id  # the call `check_calls` found at fault
-    return {
-        "call_id": call.id,
-        "action": {"tool": call.name, "args": call.arguments},
-        "tool_version": None,
-        "effect": "unknown",
-        "observation": {
-            "status": "ok",
-            "latency_ms": rec.get("latency_ms", 0.0),
-            "truncated": False,
-            "chars": len(message["content"]),
-        },
-        "env_status": {"service": "ok", "retryable": False},
-        "policy_error": bad,
-        "infra_error": False,
-        "result": ToolResult(message["content"]).to_dict(),
-    }
-
-
-def check_calls(
-    calls: Sequence[ToolCall], tools: list[dict[str, Any]] | None
-) -> tuple[Fault, str] | None:
-    """The model's calls against the request's tools: a tool not offered, or arguments its
-    JSON schema refuses, is the policy's fault (the calls are still returned: the harness
-    decides what to do with them). The first such fault and the call's id, or None."""
-    offered = {t["function"]["name"]: t["function"] for t in tools or ()}
-    for c in calls:
-        fn = offered.get(c.name)
-        if fn is None:
-            names = ", ".join(sorted(offered)) or "none"
-            return Fault(FaultKind.UNKNOWN_TOOL, f"unknown tool {c.name!r}; tools: {names}"), c.id
-        problem = _schema_problem(c.arguments, fn.get("parameters"))
-        if problem is not None:
-            return Fault(FaultKind.INVALID_ARGUMENTS, f"{c.name}: {problem}"), c.id
-    return None
-
-
-def _schema_problem(arguments: dict[str, Any], schema: Any) -> str | None:
-    if not isinstance(schema, dict):
-        return None
-    try:
-        import jsonschema
-    except ImportError:  # the required keys, at least
-        missing = [k for k in schema.get("required", []) if k not in arguments]
-        return f"missing required argument {missing[0]!r}" if missing else None
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError as e:
-        return e.message
-    except jsonschema.SchemaError:
-        return None  # the harness's schema is broken: not the model's fault
-    return None
-
-
-class HarnessEnv(Env):
-    """The environment of a gateway session: the agent harness and its tools, which
-    tracerl does not run. It stands in where an episode needs an env (its receipt)."""
-
-    name = "agent-harness"
-    version = "1"
-    side_effect_guard = "unmanaged"
-
-    async def reset(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
-        raise RuntimeError("an agent harness drives this episode: nothing to reset")
-
-    async def step(self, action: Any) -> StepResult:
-        raise RuntimeError("an agent harness drives this episode: nothing to step")
-
-    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-        return []

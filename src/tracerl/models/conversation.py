@@ -202,12 +202,7 @@ class Conversation:
         with no model turn yet is replaced, not kept (it holds nothing that was sampled).
         Returns the new sample's prompt segments."""
         with self._transaction():
-            sampled = any(s.source is Source.POLICY for s in self._segments)
-            if sampled:
-                self._steps[-1]["history_break"] = reason
-                self._closed.append(self.trajectory())
-            if self._turn is not None:
-                self.step += 1  # the break takes the place of the observation
+            self._close_sample("history_break", reason)
             self.tools = list(tools) if tools else None
             self.messages, self.open_calls, self._answered = [], {}, set()
             for i, m in enumerate(messages):
@@ -288,6 +283,16 @@ class Conversation:
         full = self._render(messages, add_generation_prompt=True)
         return full, self._attribute(0, 0, full, prompt=True)
 
+    def _close_sample(self, key: str, reason: str) -> None:
+        """End the current sample: recorded (`reason` under `key` in its last step) if it
+        holds a model turn, dropped if not; the break takes the place of the observation
+        the last model turn was waiting for."""
+        if any(s.source is Source.POLICY for s in self._segments):
+            self._steps[-1][key] = reason
+            self._closed.append(self.trajectory())
+        if self._turn is not None:
+            self.step += 1
+
     def _start_sample(self, rendered: str, pieces: list[Piece]) -> None:
         self._segments = []
         self._steps = []
@@ -307,10 +312,8 @@ class Conversation:
         )
         if self.renderer.on_prefix_break == "raise":
             raise TrajectoryError(detail + "; use on_prefix_break='new_sample' or a fixed template")
-        self._steps[-1]["prefix_break"] = detail
-        self._closed.append(self.trajectory())
+        self._close_sample("prefix_break", detail)
         self.prefix_breaks += 1
-        self.step += 1
         self._start_sample(*self._prompt(self.messages))  # a failure here rolls all of it back
         if not self.renderer.warned_prefix_break:
             self.renderer.warned_prefix_break = True

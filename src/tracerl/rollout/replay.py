@@ -13,7 +13,7 @@ regression check. It does not judge the policy: the actions are the recorded one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from tracerl.errors import UserError
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.runner import Policy, run_episode
 from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
-from tracerl.types import Receipt, ToolCall, Trajectory, TrajectoryError
+from tracerl.types import Receipt, Source, ToolCall, Trajectory, TrajectoryError
 
 
 class ReplayError(UserError, RuntimeError):
@@ -63,6 +63,28 @@ def _action(record: dict[str, Any]) -> Action:
     a = record["action"]
     calls = tuple(ToolCall.from_dict(c) for c in a.get("tool_calls", []))
     return Action(text="", tool_calls=calls, answer=a.get("answer"))
+
+
+def recorded_policy(
+    trajectories: Sequence[Trajectory],
+    receipt: Receipt,
+    renderer: Any,
+    missing: Callable[[str], Exception] = ReplayError,
+) -> Policy:
+    """The recorded policy: each model turn answered with the tokens (and log-probs) it was
+    recorded with; a turn never recorded raises `missing` (the replay asked for more)."""
+    turns = {s.step: s for t in trajectories for s in t.segments if s.source is Source.POLICY}
+
+    def tokens(req: SampleRequest) -> list[int]:
+        if req.turn not in turns:
+            raise missing(f"the replay sampled turn {req.turn}, which was never recorded")
+        return list(turns[req.turn].token_ids)
+
+    def logprobs(req: SampleRequest) -> list[float]:
+        return list(turns[req.turn].logprobs or ())
+
+    sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
+    return Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id)
 
 
 class RecordedEnv(Env):
@@ -127,7 +149,6 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
     """Replay against the recorded tool I/O; compare token ids, masks and stop reason."""
     receipt = _receipt(trajectories)
     steps = _steps(trajectories)
-    turns = {s.step: s for t in trajectories for s in t.segments if s.source.value == "policy"}
     if renderer is None:
         from tracerl.models import load
 
@@ -139,16 +160,7 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
 
         return await replay_exact_gateway(trajectories, renderer)
 
-    def tokens(req: SampleRequest) -> list[int]:
-        if req.turn not in turns:
-            raise ReplayError(f"the replay sampled turn {req.turn}, which was never recorded")
-        return list(turns[req.turn].token_ids)
-
-    def logprobs(req: SampleRequest) -> list[float]:
-        return list(turns[req.turn].logprobs or ())
-
-    sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
-    policy = Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id)
+    policy = recorded_policy(trajectories, receipt, renderer)
     elapsed = iter(receipt.ledger.get("elapsed_s", []))
 
     async def no_sleep(_: float) -> None:

@@ -34,21 +34,14 @@ from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
-from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
+from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import observation, step_with_retries
+from tracerl.rollout.turns import budget_stop, turn_request
 from tracerl.types import Attribution, Fault, FaultKind, StopReason
 
 log = logging.getLogger("tracerl")
 Sleep = Callable[[float], Awaitable[None]]
-__all__ = [
-    "Episode",
-    "Policy",
-    "budget_stop",
-    "episode_seed",
-    "failed_episode",
-    "run_episode",
-    "turn_request",
-]
+__all__ = ["Episode", "Policy", "episode_seed", "failed_episode", "run_episode"]
 
 
 async def run_episode(
@@ -97,50 +90,6 @@ async def failed_episode(
     run.env_fault, run.error = True, error
     await env.close()
     return finish_episode(run, StopReason.INFRA_FAILURE)
-
-
-def budget_stop(budgets: Any, ledger: Ledger, elapsed: float) -> StopReason | None:
-    """Which budget (if any) stops the episode before its next model turn: wall time,
-    model turns, sampled tokens, context (`ledger.context_tokens` up to date)."""
-    used = ledger.used
-    if budgets.wall_time_s is not None and elapsed >= budgets.wall_time_s:
-        return StopReason.TIMEOUT
-    if used["steps"] >= budgets.steps:
-        return StopReason.MAX_STEPS
-    if budgets.sampled_tokens is not None and used["sampled_tokens"] >= budgets.sampled_tokens:
-        return StopReason.MAX_TOKENS
-    if budgets.context_tokens is not None and ledger.context_tokens >= budgets.context_tokens - 1:
-        return StopReason.CONTEXT_OVERFLOW
-    return None
-
-
-def turn_request(
-    conv: Any,
-    cfg: RolloutConfig,
-    ledger: Ledger,
-    seed: int,
-    episode_id: str,
-    *,
-    asked: int | None = None,
-) -> SampleRequest:
-    """The next model turn's request: the token stream so far, at most
-    `cfg.max_turn_tokens` (and `asked`, a client's own max_tokens) within what the sampled-
-    token and context budgets leave, the turn's own seed (so the episode is reproducible
-    under any batching)."""
-    b, used = cfg.budgets, ledger.used
-    limit = cfg.max_turn_tokens if asked is None else min(cfg.max_turn_tokens, asked)
-    if b.sampled_tokens is not None:
-        limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
-    if b.context_tokens is not None:
-        limit = min(limit, b.context_tokens - ledger.context_tokens)
-    return SampleRequest(
-        conv.token_ids,
-        max_tokens=max(1, limit),
-        stop_token_ids=conv.renderer.stop_token_ids,
-        seed=episode_seed(seed, episode_id, "turn", conv.step),
-        episode_id=episode_id,
-        turn=conv.step,
-    )
 
 
 class _EpisodeRun:
