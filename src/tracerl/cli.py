@@ -190,36 +190,56 @@ def triage(
 @app.command("check-env")
 def check_env_cmd(
     name: Annotated[
-        str,
+        str | None,
         typer.Argument(help="an environment: a built-in or entry point name, or module:Class"),
-    ],
+    ] = None,
     arg: Annotated[
         list[str] | None,
         typer.Option(help="an argument for the environment, KEY=VALUE (repeatable)"),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="check the environment a run config trains: its env.name, env.kwargs and "
+            "env.mcp servers"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
 ) -> None:
-    """Check an environment: versions, tool schemas, splits, determinism, dry runs, reward.
+    """Check an environment: versions, tool schemas, splits, determinism, dry runs, reward
+    (and, for tools from MCP servers, each server's identity, listing and dry-run paths).
 
     Exit 0 when every check passes, 1 when one fails, 2 when the environment cannot be
     found or built."""
     from tracerl.config import ConfigError
-    from tracerl.config_loading import apply_overrides
+    from tracerl.config_loading import apply_overrides, load_config
     from tracerl.envs import check_env
-    from tracerl.envs.registry import EnvFactory
+    from tracerl.envs.registry import env_factory
     from tracerl.models.loading import smollm2_tokenizer
     from tracerl.models.render import ChatRenderer
     from tracerl.preflight import build_probe
 
     kwargs = apply_overrides({}, list(arg or []))
+    mcp: list = []
+    if config is not None:
+        env_cfg = load_config(config).env
+        if name is not None and name != env_cfg.name:
+            raise ConfigError(
+                f"check-env: {name!r} and --config {config} (env.name {env_cfg.name!r}) "
+                "name different environments",
+                "give one of them",
+            )
+        name, kwargs, mcp = env_cfg.name, {**env_cfg.kwargs, **kwargs}, env_cfg.mcp
+    if name is None:
+        raise ConfigError("check-env: name an environment, or give --config FILE")
     try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
-        build_probe(name, kwargs)
+        build_probe(name, kwargs, mcp)
     except ConfigError as e:
         message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
         raise ConfigError(message, e.hint) from e
     label = name + "".join(f" {a}" for a in arg or [])
     report = check_env(
-        EnvFactory(name, kwargs),
+        env_factory(name, kwargs, mcp),
         renderer=ChatRenderer(smollm2_tokenizer()),
         seed=seed,
         raise_on_failure=False,

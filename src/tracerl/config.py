@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tracerl.envs.mcp.config import McpServer
 from tracerl.errors import UserError
 from tracerl.rewards.compose import ComponentSpec
 from tracerl.rollout.budget import RolloutConfig
@@ -99,6 +100,10 @@ class EnvConfig(_Config):
     package's entry point (group ``tracerl.envs``), or an import path ``package.module:Class``."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to `make(name, **kwargs)` (e.g. corpus, protocol)."""
+    mcp: list[McpServer] = Field(default_factory=list)
+    """MCP servers whose tools the environment (a ToolEnv) offers besides its own: each a
+    ``command`` tracerl starts (stdio) or a ``url`` (streamable HTTP). Read-only tools run;
+    the others are writes, budgeted and dry-run (docs/mcp.md, the ``mcp`` extra)."""
     parser: str | None = None
     """The action parser; None picks the model family's default."""
     tasks_per_step: int = Field(4, ge=1)

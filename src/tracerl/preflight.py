@@ -56,8 +56,11 @@ def check_model(spec: str) -> None:
         raise _fail("model.spec", e) from e
 
 
-def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
-    """The environment `name` resolves to, and one instance of it built with `kwargs`."""
+def build_probe(
+    name: str, kwargs: dict[str, Any], mcp: list[Any] | None = None
+) -> tuple[EnvSpec, Env]:
+    """The environment `name` resolves to, and one instance of it built with `kwargs`
+    (offering the tools of the MCP servers `mcp`: each is reached and listed here)."""
     from tracerl.envs.registry import make
 
     try:
@@ -84,7 +87,32 @@ def build_probe(name: str, kwargs: dict[str, Any]) -> tuple[EnvSpec, Env]:
             "fix the environment's __init__ (tracerl --debug ... shows the traceback)",
         ) from e
     env_splits(probe)  # declared in a form that can be read
+    if mcp:
+        attach_mcp(probe, mcp)
     return spec, probe
+
+
+def attach_mcp(probe: Env, servers: list[Any]) -> None:
+    """Reach each MCP server of ``env.mcp`` and offer its tools on `probe`, or say which
+    server failed and why (its stderr's tail included)."""
+    try:
+        from tracerl.envs.mcp import attach
+        from tracerl.envs.mcp.client import import_mcp
+
+        import_mcp()
+    except ImportError as e:
+        raise ConfigError(f"env.mcp: {e}", "pip install 'tracerl[mcp]'") from e
+    for i, server in enumerate(servers):
+        try:
+            attach(probe, [server])
+        except UserError as e:
+            raise _fail("env.mcp", e) from e
+        except Exception as e:  # would not start, refused, a wrong annotation or dry-run name
+            raise ConfigError(
+                f"env.mcp[{i}] ({getattr(server, 'name', server)}): {e}",
+                "fix the server entry (docs/mcp.md); `tracerl check-env --config FILE` "
+                "checks an environment with its servers",
+            ) from e
 
 
 def _signature(spec: EnvSpec) -> str:
@@ -159,7 +187,7 @@ def prepare(cfg: RunConfig) -> Prepared:
                 f"{', '.join(sorted(PARSERS))}",
                 "or leave it unset: the model family's default",
             )
-    spec, probe = build_probe(cfg.env.name, cfg.env.kwargs)
+    spec, probe = build_probe(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
     declared = env_splits(probe)
     train, evaluation = default_splits(declared)
     env_cfg = cfg.env.model_copy(

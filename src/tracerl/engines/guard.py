@@ -2,11 +2,16 @@
 when the process that asked for it goes away, however it goes.
 
     python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...
+    python -m tracerl.engines.guard --parent PID PIDFILE -- COMMAND ...
 
 The trainer starts this with the read end of a pipe (file descriptor `FD`) whose write end
 only the trainer holds. The kernel closes that end when the trainer exits for any reason,
 ``kill -9`` included, so the guard reads end-of-file and stops the group: SIGTERM, then
-SIGKILL after a grace period. A vLLM server is several processes (the API server, its
+SIGKILL after a grace period. Where the guard is started by code that cannot hand it a pipe
+(an MCP server launched by the `mcp` SDK, whose stdin and stdout are the protocol), it
+watches its parent instead: ``--parent PID`` stops the group as soon as its parent is no
+longer `PID` (the kernel re-parents an orphan), checked twice a second. ``-`` as PIDFILE
+writes none. A vLLM server is several processes (the API server, its
 engine core, the worker); killing only the one the trainer started leaves the others
 running with the model and its KV cache in memory, which is why the whole group goes.
 
@@ -72,11 +77,21 @@ def group_alive(pgid: int) -> bool:
     return any(g == pgid and state != "Z" for _, _, g, state in processes())
 
 
+USAGE = (
+    "usage: python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...\n"
+    "       python -m tracerl.engines.guard --parent PID PIDFILE -- COMMAND ..."
+)
+
+
 def main(argv: list[str]) -> int:
+    parent = None
+    if argv[:1] == ["--parent"] and len(argv) > 1 and argv[1].isdigit():
+        parent, argv = int(argv[1]), ["-1", *argv[2:]]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     fd, pidfile, command = int(argv[0]), argv[1], argv[3:]
+    grace_s = GRACE_S if parent is None else 2.0  # a tool server, not a GPU engine
     stopping = False
 
     def _stop(signum: int, frame: object) -> None:
@@ -88,17 +103,23 @@ def main(argv: list[str]) -> int:
     # Ctrl-C reaches the trainer's whole process group, this guard included: the trainer
     # finishes its step and checkpoints, on this server; the pipe says when it is done
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with open(pidfile + ".tmp", "w") as f:
-        f.write(str(child.pid))
-    os.replace(pidfile + ".tmp", pidfile)
+    if pidfile != "-":
+        with open(pidfile + ".tmp", "w") as f:
+            f.write(str(child.pid))
+        os.replace(pidfile + ".tmp", pidfile)
     while not stopping:
         if child.poll() is not None:  # the server ended: take what it left behind with it
             stop_group(child.pid, grace_s=2.0)
             return child.returncode
+        if parent is not None:
+            if os.getppid() != parent:  # re-parented: the trainer is gone
+                break
+            time.sleep(0.5)
+            continue
         ready, _, _ = select.select([fd], [], [], 0.5)
         if ready and not os.read(fd, 1):  # end of file: the trainer is gone
             break
-    stop_group(child.pid)
+    stop_group(child.pid, grace_s)
     with contextlib.suppress(Exception):
         child.wait(timeout=1)
     return 0

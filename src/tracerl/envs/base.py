@@ -149,6 +149,11 @@ class Env(ABC):
     def tool_versions(self) -> dict[str, str]:
         return self.tools.versions()
 
+    def services(self) -> list[dict[str, Any]]:
+        """The outside services the tools reach (MCP servers, as each identified itself:
+        name, version, protocol), for receipts. Default: none."""
+        return []
+
     # ---- what `check_env` and the trainers use --------------------------------------------
     @abstractmethod
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
@@ -168,6 +173,8 @@ class ToolEnv(Env):
 
     Subclasses implement `setup(task, seed)` (initial messages) and `sample_tasks`, and may
     override `finish(action)` (what a final answer does) and `forbidden(call)` (task rules).
+    Tools from elsewhere (an MCP server's: `tracerl.envs.mcp.McpTools`) join with `use`;
+    they connect at `reset` and disconnect at `close` (an override calls ``super()``'s).
     """
 
     def __init__(self, *, side_effect_guard: str = "dry_run") -> None:
@@ -179,7 +186,9 @@ class ToolEnv(Env):
         self.side_effect_guard = side_effect_guard
         cls = type(self)
         names = sorted(n for n in dir(cls) if isinstance(getattr(cls, n, None), Tool))
-        self.tools = ToolSet((getattr(self, n) for n in names), guard=side_effect_guard != "off")
+        self._own_tools = [getattr(self, n) for n in names]
+        self.toolboxes: list[Any] = []
+        self.tools = ToolSet(self._own_tools, guard=side_effect_guard != "off")
         self.task: dict[str, Any] = {}
         self.rng = random.Random(0)
         self.done = False
@@ -190,7 +199,32 @@ class ToolEnv(Env):
             raise ValueError(f"{self.name}: a task is a dict with an 'id', got {task!r:.200}")
         self.task, self.rng, self.done = task, random.Random(seed), False
         self.answer: dict[str, Any] | None = None
+        if self.toolboxes:
+            for box in self.toolboxes:
+                await box.start()  # an MCP server that will not start: reset fails (infra)
+            self._offer()  # the episode's listing versions its tools
         return await self.setup(task, seed)
+
+    def use(self, box: Any) -> None:
+        """Offer `box`'s tools besides this env's own: anything with ``tools()``,
+        ``async start()``, ``async stop()`` and ``identity()`` (`McpTools`). Names must not
+        clash (an MCP server's can take a ``prefix``)."""
+        self.toolboxes.append(box)
+        self._offer()
+
+    def _offer(self) -> None:
+        tools = [*self._own_tools, *(t for box in self.toolboxes for t in box.tools())]
+        try:
+            self.tools = ToolSet(tools, guard=self.side_effect_guard != "off")
+        except ValueError as e:
+            raise ValueError(f"{self.name}: {e} (give an MCP server a `prefix`)") from None
+
+    async def close(self) -> None:
+        """Disconnect the tools from elsewhere (an episode's MCP server ends here)."""
+        await release_toolboxes(self)
+
+    def services(self) -> list[dict[str, Any]]:
+        return [box.identity() for box in self.toolboxes]
 
     @abstractmethod
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]: ...
@@ -243,3 +277,10 @@ class ToolEnv(Env):
         """A final answer ends the episode; subclasses may record or check it."""
         self.done = True
         return StepResult([], terminated=True, info={"answer": action.answer})
+
+
+async def release_toolboxes(env: Env) -> None:
+    """Stop every toolbox of `env` (or of the env it wraps): idempotent, so the runner calls
+    it after `close` too, for an env whose `close` override forgot ``super()``."""
+    for box in getattr(env, "toolboxes", ()):
+        await box.stop()

@@ -13,7 +13,10 @@ Like Gymnasium's env checker, but for the agent contract:
   seed, and no task id is in two splits;
 * reward — the env's own verifier (if it has one) scores the scripted actions, played
   through the rollout engine, without crashing, and counts at least one a success (a
-  verifier that fails the reference solution is suspect).
+  verifier that fails the reference solution is suspect);
+* mcp servers — for tools from MCP servers: each server reports its name and version, and
+  fresh starts list the same tools at the same versions; their write tools' dry-run paths
+  are probed under the guard when the script does not use them (`tracerl.envs.mcp.check`).
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ def check_env(
         _dry_runs,
         _reward,
     ]
+    try:
+        if getattr(factory(), "toolboxes", None):
+            checks.append(_mcp_servers)
+    except Exception:  # an env that cannot be built fails every check, with its error
+        pass
     for check in checks:
         label = check.__name__.strip("_").replace("_", " ")
         try:
@@ -193,9 +201,27 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
         if before != after:
             return f"a dry run changed the env's real state on task {task['id']!r}"
     missing = sorted({t.name for t in writes} - exercised)
+    if missing and getattr(env, "toolboxes", None):  # MCP tools: probe their dry-run paths
+        from tracerl.envs.mcp.check import probe_dry_runs
+
+        probe = factory()
+        await probe.reset(env.sample_tasks(1, seed=seed)[0], seed)
+        try:
+            ran, problem = await probe_dry_runs(probe, missing)
+        finally:
+            await probe.close()
+        if problem:
+            return problem
+        missing = sorted(set(missing) - ran)
     if missing:
         return f"check_script never completed a dry run of {missing} on 8 tasks"
     return None
+
+
+async def _mcp_servers(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+    from tracerl.envs.mcp.check import check_servers
+
+    return await check_servers(factory, seed)
 
 
 async def _splits(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:

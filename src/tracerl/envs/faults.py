@@ -25,7 +25,7 @@ from typing import Any
 
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult
 from tracerl.envs.parsers import Action
-from tracerl.envs.tools import ToolResult
+from tracerl.envs.tools import ToolResult, ToolSet
 from tracerl.types import Fault, FaultKind
 
 KINDS = ("timeout", "server_error", "connection_refused", "truncated_output", "latency")
@@ -56,7 +56,6 @@ class FaultInjector(Env):
             sleep,
         )
         self.name, self.version = env.name, env.version  # type: ignore[misc]
-        self.tools = env.tools
         self.side_effect_guard = env.side_effect_guard
         self.rng = random.Random(seed)
         self.injected: list[dict[str, Any]] = []  # every fault injected (and slow steps)
@@ -66,6 +65,14 @@ class FaultInjector(Env):
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The wrapped env's: a wrapper must not change what the prompt shows."""
         return self.env.tool_schemas()
+
+    @property
+    def tools(self) -> ToolSet:  # type: ignore[override]
+        """The wrapped env's (which may change at reset: an MCP server's listing)."""
+        return self.env.tools
+
+    def services(self) -> list[dict[str, Any]]:
+        return self.env.services()
 
     def describe(self) -> dict[str, Any]:
         """For receipts: how this wrapper was configured."""

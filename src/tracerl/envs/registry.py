@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,12 +102,23 @@ def make(name: str, **kwargs: Any) -> Env:
     return env
 
 
+def make_with(name: str, kwargs: dict[str, Any], mcp: Sequence[Any] = ()) -> Env:
+    """`make(name, **kwargs)`, offering the tools of the MCP servers `mcp` too (a config's
+    ``env.mcp``: `tracerl.envs.mcp.attach`)."""
+    env = make(name, **kwargs)
+    if mcp:
+        from tracerl.envs.mcp import attach
+
+        attach(env, list(mcp))
+    return env
+
+
 def make_from_spec(spec: dict[str, Any], **overrides: Any) -> Env:
     """Rebuild the environment a receipt's ``env`` describes (a live replay): by name, and
     when this process does not know the name (a user's env registered by a module nobody
-    imported here), by the import path recorded with it."""
+    imported here), by the import path recorded with it; with the MCP servers it had."""
     name, kwargs = spec["name"], {**(spec.get("kwargs") or {}), **overrides}
-    path = spec.get("import")
+    path, mcp = spec.get("import"), spec.get("mcp") or ()
     try:
         resolve(name)
     except NotFoundError:
@@ -115,10 +126,10 @@ def make_from_spec(spec: dict[str, Any], **overrides: Any) -> Env:
             raise
         load_object(path, f"environment {name!r} from")  # its module may register the name
         if name not in _REGISTRY:
-            env = make(path, **kwargs)
+            env = make_with(path, kwargs, mcp)
             env.spec = {**env.spec, "name": name}  # type: ignore[attr-defined]
             return env
-    return make(name, **kwargs)
+    return make_with(name, kwargs, mcp)
 
 
 @dataclass(frozen=True)
@@ -129,12 +140,17 @@ class EnvFactory:
     name: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     cwd: str | None = None
+    mcp: tuple[dict[str, Any], ...] = ()
+    """MCP servers whose tools the env offers too (`make_with`), as config dicts."""
 
     def __call__(self) -> Env:
         if self.cwd:
             search_directory(self.cwd)
-        return make(self.name, **self.kwargs)
+        return make_with(self.name, self.kwargs, self.mcp)
 
 
-def env_factory(name: str, kwargs: dict[str, Any] | None = None) -> EnvFactory:
-    return EnvFactory(name, dict(kwargs or {}), os.getcwd())
+def env_factory(
+    name: str, kwargs: dict[str, Any] | None = None, mcp: Sequence[Any] = ()
+) -> EnvFactory:
+    servers = tuple(s if isinstance(s, dict) else s.model_dump(mode="json") for s in mcp)
+    return EnvFactory(name, dict(kwargs or {}), os.getcwd(), servers)

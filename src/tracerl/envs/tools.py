@@ -72,6 +72,8 @@ class ToolResult:
         effect: for write tools, the side effect: intended (dry run) or applied.
         dry_run: True when a write tool ran as a dry run.
         truncated: True when `content` was cut to the observation token budget.
+        is_error: the tool answered with an error as its result (MCP's ``isError``): an
+            ordinary observation for the model, not a fault.
     """
 
     content: str
@@ -81,6 +83,7 @@ class ToolResult:
     effect: dict[str, Any] | None = None
     dry_run: bool = False
     truncated: bool = False
+    is_error: bool = False
 
     @property
     def ok(self) -> bool:
@@ -108,6 +111,7 @@ class ToolResult:
             "effect": self.effect,
             "dry_run": self.dry_run,
             "truncated": self.truncated,
+            **({"is_error": True} if self.is_error else {}),
         }
 
     @classmethod
@@ -134,6 +138,11 @@ class Tool:
     def __get__(self, obj: Any, objtype: Any = None) -> Tool:
         """Used as a method decorator, the tool binds to its environment instance."""
         return self if obj is None else replace(self, _owner=obj)
+
+    def receipt_schema(self) -> dict[str, Any]:
+        """The schema as receipts keep it: with its effect (``x-effect``), which replay
+        needs to account for the call as the run did."""
+        return {**self.schema(), "x-effect": self.effect}
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema the chat template renders."""

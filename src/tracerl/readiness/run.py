@@ -61,7 +61,7 @@ def readiness_from_config(
     ):
         numbers = asyncio.run(
             measure_readiness(
-                env_factory(cfg.env.name, cfg.env.kwargs),
+                env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp),
                 tasks,
                 engine.policy,
                 prepared.reward,

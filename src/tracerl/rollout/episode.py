@@ -117,6 +117,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
     """The receipt of a finished episode run (`run` is the runner's per-episode state)."""
     env_spec = dict(getattr(run.env, "spec", None) or {"name": run.env.name, "kwargs": {}})
     describe = getattr(run.env, "describe", None)
+    services = run.env.services()
     return Receipt(
         replay_id=run.replay_id,
         episode_id=run.episode_id,
@@ -124,9 +125,10 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
             **env_spec,
             "version": run.env.version,
             "wrappers": [describe()] if describe else [],
+            **({"services": services} if services else {}),
         },
         tool_versions=run.env.tool_versions(),
-        tool_schemas=[{**t.schema(), "x-effect": t.effect} for t in run.env.tools],
+        tool_schemas=[t.receipt_schema() for t in run.env.tools],
         tools_in_prompt=bool(run.env.tool_schemas()),
         task_id=str(run.task.get("id")),
         task=run.task,

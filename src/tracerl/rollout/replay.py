@@ -248,6 +248,7 @@ async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None
     report = LiveReport(receipt.episode_id)
     try:
         report.steps.append(await _live_reset(env, receipt))
+        report.steps.append(_tool_drift(env, receipt))
         for k, rec in sorted(_steps(trajectories).items()):
             attempts = [a for a in rec.get("attempts", []) if "calls" in a]
             if not attempts:
@@ -274,6 +275,18 @@ async def _live_reset(env: Env, receipt: Receipt) -> Drift:
         return Drift("reset", "failed", f"{type(e).__name__}: {e}")
     same = _contents(messages) == _contents(receipt.reset_messages)
     return Drift("reset", "same" if same else "drifted")
+
+
+def _tool_drift(env: Env, receipt: Receipt) -> Drift:
+    """The tools as the live env offers them (after its reset: an MCP server's listing)
+    against the recorded versions: a server upgrade or a changed schema shows here."""
+    live, recorded = env.tool_versions(), receipt.tool_versions
+    changed = [
+        f"{name}: recorded {recorded.get(name, 'absent')}, live {live.get(name, 'absent')}"
+        for name in sorted({*live, *recorded})
+        if live.get(name) != recorded.get(name)
+    ]
+    return Drift("tools", "drifted" if changed else "same", "; ".join(changed))
 
 
 def _contents(messages: Sequence[Message]) -> list[tuple[Any, Any]]:

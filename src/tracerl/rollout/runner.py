@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tracerl.envs.base import CallOutcome, Env, Message, StepResult
+from tracerl.envs.base import CallOutcome, Env, Message, StepResult, release_toolboxes
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
@@ -69,6 +69,7 @@ async def run_episode(
     finally:
         try:
             await env.close()
+            await release_toolboxes(env)  # its MCP servers end, whatever close() did
         except Exception as e:  # a finished episode is kept even if cleanup fails
             log.warning("%s: env.close() failed: %s: %s", run.episode_id, type(e).__name__, e)
 

@@ -101,7 +101,7 @@ def evaluate_config(
     (out / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsLog.open(out, ["jsonl"], name=cfg.name, config=cfg.model_dump(mode="json"))
     try:
-        env = env_factory(cfg.env.name, cfg.env.kwargs)
+        env = env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
         # the engine starts on the weights as loaded (a server: they are its base weights)
         with (
             open_engine(cfg, bundle, policy, out, bars.line) as engine,

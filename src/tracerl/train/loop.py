@@ -173,7 +173,8 @@ def _train(
     policy = engine.policy
     sampler = policy.sampler  # its policy_version is the run's
 
-    env = env_factory(cfg.env.name, cfg.env.kwargs)  # picklable: Ray workers build it too
+    # picklable: Ray workers build it too
+    env = env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
 
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
         return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)

@@ -1,0 +1,364 @@
+"""Connections to MCP servers, owned by one background event loop per process.
+
+The `mcp` SDK's client must be entered and left in one task, and its connection lives on
+the event loop that opened it. Episodes run on whatever loop their caller has (a training
+step's, an evaluation's, a Ray worker's), and a worker-scoped connection outlives them all.
+So every connection lives on this module's *hub*: one daemon thread running one event loop,
+where each connection is a task that holds the SDK's ``async with Client(...)`` until it is
+told to close. Callers on any loop (or none) hand the hub coroutines and await the answer.
+
+A stdio server is started through `tracerl.engines.guard` in ``--parent`` mode, so it ends
+with this process however the process ends (``kill -9`` included); its stderr goes to a
+temporary file whose tail explains a server that would not start or died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from tracerl.envs.mcp.config import McpServer, expand
+
+log = logging.getLogger("tracerl")
+_STDERR_TAIL = 1500
+
+
+class McpUnavailable(Exception):
+    """The server cannot be reached: it would not start, died, or the connection broke."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a server said about itself and its tools when a connection opened."""
+
+    identity: dict[str, Any]
+    """The server label, transport, the name and version it reported, the protocol."""
+    tools: tuple[Any, ...]
+    """The server's tools (``mcp_types.Tool``: name, description, input_schema,
+    annotations), in its order."""
+
+
+def import_mcp() -> Any:
+    try:
+        import mcp
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("MCP tools need the `mcp` package: pip install 'tracerl[mcp]'") from e
+    return mcp
+
+
+class _Hub:
+    """A daemon thread running one event loop for every MCP connection of this process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="tracerl-mcp", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+_hub: _Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def hub() -> _Hub:
+    global _hub
+    with _hub_lock:
+        if _hub is None or _hub.pid != os.getpid():  # none yet, or a forked child
+            _hub = _Hub()
+            atexit.register(_close_pool)
+        return _hub
+
+
+async def on_hub(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+    """Run `coro` on the hub and await its result from the caller's loop."""
+    fut = hub().submit(coro)
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+    except (asyncio.CancelledError, TimeoutError):
+        fut.cancel()
+        raise
+
+
+def run_sync(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    """Run `coro` on the hub and wait for it here (code that is not async: an env's
+    constructor, `check_env`). Safe inside a running loop: the hub is another thread."""
+    fut = hub().submit(coro)
+    try:
+        return fut.result(timeout)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise TimeoutError(f"no answer in {timeout:g} s") from None
+
+
+class Connection:
+    """One client session with one server. `open`, `call` and `close` run on the hub."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.client: Any = None
+        self.listing: Listing | None = None
+        self.dead: str | None = None  # why the connection cannot be used, once it cannot
+        self._closing: asyncio.Event | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._errlog: Any = None
+
+    # ---- on the hub ------------------------------------------------------------------------
+    async def open(self) -> Listing:
+        self._closing = asyncio.Event()
+        ready: asyncio.Future[Listing] = asyncio.get_running_loop().create_future()
+        self._owner = asyncio.create_task(self._own(ready))
+        try:
+            return await asyncio.wait_for(asyncio.shield(ready), self.server.connect_timeout_s)
+        except TimeoutError:
+            self.dead = f"no answer in {self.server.connect_timeout_s:g} s (connect_timeout_s)"
+            await self.close()
+            raise McpUnavailable(self._why("did not start")) from None
+        except McpUnavailable:
+            await self.close()
+            raise
+
+    async def _own(self, ready: asyncio.Future[Listing]) -> None:
+        mcp = import_mcp()
+        try:
+            transport = self._transport(mcp)
+            async with mcp.Client(
+                transport,
+                read_timeout_seconds=self.server.timeout_s,
+                cache=None,  # a listing is read fresh: it is what versions the tools
+                client_info=_client_info(),
+            ) as client:
+                self.client = client
+                listing = Listing(_identity(self.server, client), tuple(await _tools(client)))
+                self.listing = listing
+                if not ready.done():
+                    ready.set_result(listing)
+                assert self._closing is not None
+                await self._closing.wait()
+        except BaseException as e:  # the owner ends: remember why, tell a waiting opener
+            if not (self._closing is not None and self._closing.is_set()):
+                self.dead = self.dead or describe(e)
+            if not ready.done():
+                ready.set_exception(McpUnavailable(self._why("could not be reached")))
+            if isinstance(e, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+        finally:
+            self.dead = self.dead or "closed"
+            self.client = None
+
+    def _transport(self, mcp: Any) -> Any:
+        s = self.server
+        if s.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+
+            headers = {k: expand(v, f"{s.where()}: headers.{k}") for k, v in s.headers.items()}
+            if not headers:
+                return streamable_http_client(s.url)
+            import httpx2
+
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(s.timeout_s))
+            return streamable_http_client(s.url, http_client=http)
+        from mcp.client.stdio import stdio_client
+
+        assert s.command is not None
+        command = list(s.command)
+        if command[0] in ("python", "python3"):
+            command[0] = sys.executable
+        # the guard ends the server with this process, kill -9 included
+        guard = [sys.executable, "-m", "tracerl.engines.guard", "--parent", str(os.getpid())]
+        env = {k: expand(v, f"{s.where()}: env.{k}") for k, v in s.env.items()}
+        if "PYTHONPATH" in os.environ and "PYTHONPATH" not in env:
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # how this process found tracerl
+        params = mcp.StdioServerParameters(
+            command=guard[0],
+            args=[*guard[1:], "-", "--", *command],
+            env=env,
+            cwd=s.cwd or os.getcwd(),
+        )
+        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
+        return stdio_client(params, errlog=self._errlog)
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+        if self.dead is not None or self.client is None:
+            raise McpUnavailable(self._why("is not connected"))
+        try:
+            return await self.client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        except Exception as e:
+            if _connection_lost(e):
+                self.dead = self.dead or describe(e)
+                raise McpUnavailable(self._why("lost its connection")) from None
+            raise
+
+    async def close(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
+        if self._owner is not None and not self._owner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._owner), 10.0)
+            except (TimeoutError, Exception):
+                self._owner.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._owner
+        if self._errlog is not None:
+            with contextlib.suppress(Exception):
+                self._errlog.close()
+            self._errlog = None
+
+    # ---- what went wrong -------------------------------------------------------------------
+    def _why(self, what: str) -> str:
+        text = f"{self.server.where()} {what}: {self.dead or 'unknown error'}"
+        tail = self.stderr_tail()
+        return f"{text}; its stderr ends: {tail}" if tail else text
+
+    def stderr_tail(self) -> str:
+        f = self._errlog
+        if f is None:
+            return ""
+        try:
+            f.flush()
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _STDERR_TAIL * 4))
+            text = f.read()
+        except Exception:
+            return ""
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        return " | ".join(lines[-6:])[-_STDERR_TAIL:]
+
+
+async def _tools(client: Any) -> list[Any]:
+    out, cursor = [], None
+    for _ in range(100):  # pages
+        page = await client.list_tools(cursor=cursor)
+        out.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return out
+
+
+def _client_info() -> Any:
+    import mcp_types
+
+    from tracerl import __version__
+
+    return mcp_types.Implementation(name="tracerl", version=__version__)
+
+
+def _identity(server: McpServer, client: Any) -> dict[str, Any]:
+    info = client.server_info
+    return {
+        "server": server.name,
+        "transport": server.transport,
+        "name": getattr(info, "name", None),
+        "version": getattr(info, "version", None),
+        "protocol": client.protocol_version,
+        "scope": server.scope,
+    }
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception, looking inside the SDK's exception groups."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _connection_lost(e: BaseException) -> bool:
+    """The transport is gone (a dead server, a broken stream), as opposed to an error the
+    server answered with."""
+    import anyio
+
+    if isinstance(e, BaseExceptionGroup):
+        return any(_connection_lost(x) for x in e.exceptions)
+    code = getattr(e, "code", None)
+    if type(e).__name__ == "MCPError" and code == -32000:  # CONNECTION_CLOSED
+        return True
+    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+    if isinstance(e, closed):
+        return True
+    return type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2")
+
+
+# ---- connections shared by a worker's episodes ---------------------------------------------
+_POOL: dict[str, Connection] = {}
+_LISTINGS: dict[str, Listing] = {}
+
+
+def key(server: McpServer) -> str:
+    text = json.dumps(server.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+async def shared(server: McpServer) -> Connection:
+    """The worker's connection to `server` (on the hub), opened again if it died."""
+    k = key(server)
+    conn = _POOL.get(k)
+    if conn is None or conn.dead is not None:
+        if conn is not None:
+            await conn.close()
+        conn = Connection(server)
+        _POOL[k] = conn
+        try:
+            _LISTINGS[k] = await conn.open()
+        except BaseException:
+            _POOL.pop(k, None)
+            raise
+    return conn
+
+
+async def fresh(server: McpServer) -> Connection:
+    """A new connection of its own (an episode's), open."""
+    conn = Connection(server)
+    _LISTINGS[key(server)] = await conn.open()
+    return conn
+
+
+def listing(server: McpServer) -> Listing:
+    """The server's tools, for building an environment before any episode: the worker's
+    connection's, a listing already read in this process, or one read now."""
+    k = key(server)
+    if k in _LISTINGS:
+        return _LISTINGS[k]
+
+    async def read() -> Listing:
+        if server.scope == "worker":
+            return (await shared(server)).listing  # type: ignore[return-value]
+        conn = await fresh(server)
+        await conn.close()
+        return conn.listing  # type: ignore[return-value]
+
+    return run_sync(read(), server.connect_timeout_s + 15)
+
+
+def _close_pool() -> None:
+    """At exit: close the worker's connections (their stdio servers end)."""
+    if not _POOL or _hub is None or _hub.pid != os.getpid():
+        return
+
+    async def close_all() -> None:
+        conns = list(_POOL.values())
+        _POOL.clear()
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+    with contextlib.suppress(Exception):
+        run_sync(close_all(), 15)

@@ -1,0 +1,36 @@
+"""A tool environment with no tools of its own, for MCP tests: its tools come from the
+servers a config attaches (``env.mcp``). Its one task reads and writes a key-value store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracerl.envs import ToolEnv
+
+
+class KvTasks(ToolEnv):
+    name = "kv_tasks"
+    version = "1"
+    splits = ("train",)
+
+    def __init__(
+        self,
+        *,
+        effect: str = "write",
+        allow_real_writes: bool = False,
+        side_effect_guard: str = "dry_run",
+    ) -> None:
+        super().__init__(side_effect_guard=side_effect_guard)
+        self.effect, self.allow = effect, allow_real_writes
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": task["prompt"]}]
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        task = {
+            "id": f"kv-{self.effect}",
+            "prompt": "What color is stored? Then store red.",
+            "effect": self.effect,
+            "allow_real_writes": self.allow,
+        }
+        return [dict(task) for _ in range(n)]
