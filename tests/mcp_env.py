@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracerl.envs import ToolEnv
+from tracerl.envs import Env, StepResult, ToolEnv
 
 
 class KvTasks(ToolEnv):
@@ -34,3 +34,19 @@ class KvTasks(ToolEnv):
             "allow_real_writes": self.allow,
         }
         return [dict(task) for _ in range(n)]
+
+
+class PlainEnv(Env):
+    """An environment that runs its own `step` (not a ToolEnv): MCP servers cannot attach."""
+
+    name = "plain"
+    version = "1"
+
+    async def reset(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "hi"}]
+
+    async def step(self, action: Any) -> StepResult:
+        return StepResult([], terminated=True)
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [{"id": f"plain-{i}"} for i in range(n)]

@@ -187,6 +187,7 @@ def test_declared_dry_run_paths_a_preview_tool_and_an_argument(store, tiny):
     assert delete["result"]["content"] == "would delete color"  # the server's preview
     assert delete["result"]["effect"]["dry_run"] == "tool:delete_preview"
     assert rename["result"]["content"] == "would rename size to width"
+    assert "dry_run" not in env.tools["rename"].parameters["properties"]  # tracerl sets it
     assert json.loads(store.read_text()) == {"color": "blue", "size": "large"}
     receipt_tools = {t["function"]["name"]: t for t in play_receipt_tools(env)}
     assert receipt_tools["delete"]["x-mcp"]["dry_run"] == "tool:delete_preview"

@@ -81,22 +81,22 @@ class McpTool(Tool):
             return ToolResult.failure(args)
         name, sent = self.remote, args
         intended = {"tool": self.remote, "arguments": args, "server": self.box.server.name}
-        if self.effect == "write" and dry_run:
-            mode, arg = dry_run_mode(self.dry_run_how)
-            if mode == "refuse":
-                return ToolResult(
-                    content=(
-                        f"[dry run] {self.name} was not executed: it changes state outside "
-                        "this episode, and writes are simulated here. Intended call: "
-                        f"{self.name}({json.dumps(args, ensure_ascii=False, sort_keys=True)})"
-                    ),
-                    dry_run=True,
-                    effect={**intended, "executed": False, "dry_run": "refuse"},
-                )
-            if mode == "tool":
-                name = str(arg)
-            else:
-                sent = {**args, str(arg): True}
+        write = self.effect == "write"
+        mode, arg = dry_run_mode(self.dry_run_how)
+        if write and dry_run and mode == "refuse":
+            call = json.dumps(args, ensure_ascii=False, sort_keys=True)
+            return ToolResult(
+                content=(
+                    f"[dry run] {self.name} was not executed: it changes state outside this "
+                    f"episode, and writes are simulated here. Intended call: {self.name}({call})"
+                ),
+                dry_run=True,
+                effect={**intended, "executed": False, "dry_run": "refuse"},
+            )
+        if write and dry_run and mode == "tool":
+            name = str(arg)  # the server's preview
+        if write and mode == "argument":
+            sent = {**args, str(arg): dry_run}  # hidden from the model: tracerl decides
         try:
             result = await self.box.call(name, sent, self.timeout_s)
         except Exception as e:  # a tool never raises into the runner
@@ -239,6 +239,8 @@ class McpTools:
         schema = dict(t.input_schema or {"type": "object", "properties": {}})
         identity = listing.identity
         digest = schema_hash({"name": t.name, "description": t.description, "schema": schema})
+        if effect == "write" and how.startswith("argument:"):
+            schema = _without(schema, how.partition(":")[2])
         version = f"{identity.get('name') or s.name}@{identity.get('version') or '?'}#{digest}"
         return McpTool(
             name=s.prefix + t.name,
@@ -302,6 +304,15 @@ def check_dry_run(s: McpServer, t: Any, how: str, offered: dict[str, Any]) -> No
                 f"{s.where()}: dry_run.{t.name} is 'argument:{arg}', but the tool's schema "
                 f"declares no boolean argument {arg!r}"
             )
+
+
+def _without(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """`schema` without the property `name` (a dry-run flag the model must not set)."""
+    props = {k: v for k, v in (schema.get("properties") or {}).items() if k != name}
+    out = {**schema, "properties": props}
+    if "required" in schema:
+        out["required"] = [r for r in schema["required"] if r != name]
+    return out
 
 
 def schema_hash(value: Any) -> str:

@@ -1,0 +1,93 @@
+"""docs/mcp.md's example as a user runs it: `tracerl check-env --config` and `tracerl train`
+on an environment whose tool comes from an MCP server (examples/kv_server.py over stdio),
+then exact and live replay of its episodes; and a server entry that cannot work is refused
+before anything is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracerl.rollout.persist import read_run_trajectories
+
+pytest.importorskip("mcp")
+
+EXAMPLE = "examples/kv_lookup.yaml"
+TINY = ["trainer.steps=3", "env.eval_tasks=4"]  # the example's tiny model, a few steps
+
+
+def tracerl(*args: str, code: int = 0, timeout: float = 900) -> str:
+    cmd = [sys.executable, "-m", "tracerl.cli", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == code, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_check_env_covers_the_mcp_server():
+    out = tracerl("check-env", "--config", EXAMPLE)
+    assert "check_env(examples.kv_lookup:KvLookup): ok" in out
+    assert "mcp servers: kv = kv-store@1.0.0 (stdio)" in out
+
+
+def test_the_example_trains_the_tiny_model_with_its_mcp_tool(tmp_path):
+    out = tracerl("train", EXAMPLE, f"out_dir={tmp_path}", *TINY)
+    assert "heldout success" in out
+    run = tmp_path / "kv-lookup"
+    trajectories = [t for _, t in read_run_trajectories(run)]
+    assert len(trajectories) == 3 * 4 * 8
+    receipt = trajectories[0].receipt
+    assert receipt["env"]["services"][0]["version"] == "1.0.0"
+    assert list(receipt["tool_versions"]) == ["get"]  # `tools: [get]` in the config
+    # the warm-started model calls the server's tool, and the server answers
+    served = [
+        (t, c)
+        for t in trajectories
+        for s in t.steps
+        for c in s.get("calls", [])
+        if c["action"]["tool"] == "get" and c["result"]["error"] is None
+    ]
+    assert served, "no episode called the MCP tool"
+    assert all(c["result"]["content"].isdigit() for _, c in served[:20])
+    # its episodes replay exactly (recorded results) and live (the server, no drift)
+    t, _ = served[0]
+    out = tracerl("replay", str(run), "--episode", t.episode_id)
+    assert "replayed exactly" in out
+    out = tracerl("replay", str(run), "--episode", t.episode_id, "--live")
+    assert "no drift" in out
+
+
+def test_a_server_that_cannot_start_is_refused_before_anything_is_written(tmp_path):
+    bad = tmp_path / "bad_server.py"
+    bad.write_text("import sys; print('cannot open the store', file=sys.stderr); sys.exit(1)")
+    out = tracerl(
+        "train",
+        EXAMPLE,
+        f"out_dir={tmp_path / 'runs'}",
+        f'env.mcp=[{{name: kv, command: [python, "{bad}"]}}]',
+        *TINY,
+        code=2,
+    )
+    assert "env.mcp[0] (kv)" in out and "cannot open the store" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_mcp_servers_need_a_tool_env(tmp_path):
+    out = tracerl(
+        "train",
+        EXAMPLE,
+        f"out_dir={tmp_path / 'runs'}",
+        "env.name=tests.mcp_env:PlainEnv",
+        "warm_start=null",
+        *TINY,
+        code=2,
+    )
+    assert "env.mcp" in out and "not a ToolEnv" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_example_server_is_the_one_the_docs_show():
+    doc = Path("docs/mcp.md").read_text()
+    assert Path(EXAMPLE).read_text().strip() in doc
