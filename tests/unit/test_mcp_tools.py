@@ -237,6 +237,7 @@ def test_error_results_bad_arguments_timeouts_and_huge_results(store, tiny):
     # isError: an ordinary observation, nobody's fault
     assert broken["result"]["is_error"] and broken["result"]["error"] is None
     assert "failed on purpose" in broken["result"]["content"] and not broken["policy_error"]
+    assert broken["observation"]["status"] == "tool_error"
     # arguments the schema refuses: the policy's, never sent
     assert bad["result"]["error"]["kind"] == "invalid_arguments" and bad["policy_error"]
     # a huge result: cut with a marker

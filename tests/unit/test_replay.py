@@ -121,8 +121,10 @@ def test_live_replay_reports_drift_at_the_changed_step(tiny, tmp_path):
     same = asyncio.run(replay_live(recorded))
     assert same.drifted == []
     changed = asyncio.run(replay_live(recorded, env=QueuedRefunds()))
-    assert [d.step for d in changed.drifted] == [refund_step]
-    assert "queued" in changed.drifted[0].detail
+    # the tool's version moved (1 -> 2) and its answer changed at the refund step
+    assert [d.step for d in changed.drifted] == ["tools", refund_step]
+    assert changed.drifted[0].detail == "issue_refund: recorded 1, live 2"
+    assert "queued" in changed.drifted[1].detail
 
 
 def test_a_replay_that_leaves_the_recording_says_how(tiny, tmp_path):

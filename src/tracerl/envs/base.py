@@ -70,7 +70,8 @@ class CallOutcome:
             "tool_version": self.tool_version,
             "effect": self.effect,
             "observation": {
-                "status": "ok" if f is None else f.kind.value,
+                # a tool's own error answer (MCP isError) is an observation, not a fault
+                "status": f.kind.value if f else "tool_error" if self.result.is_error else "ok",
                 "latency_ms": round(self.result.latency_ms, 3),
                 "truncated": self.result.truncated,
                 "chars": len(self.result.content),

@@ -51,7 +51,8 @@ def observation_text(step: dict[str, Any]) -> str:
     calls = step.get("calls") or []
     parts = [
         f"{c['action']['tool']}: {c['observation']['status']} "
-        f"({c['observation'].get('chars', 0)} chars)"
+        f"({c['observation'].get('chars', 0)} chars"
+        f"{', dry run' if (c.get('result') or {}).get('dry_run') else ''})"
         for c in calls
     ]
     # a new sample starts after this step: the harness rewrote its history (gateway
