@@ -16,7 +16,20 @@ from tracerl.rollout.persist import read_run_trajectories
 pytest.importorskip("mcp")
 
 EXAMPLE = "examples/kv_lookup.yaml"
-TINY = ["trainer.steps=3", "env.eval_tasks=4"]  # the example's tiny model, a few steps
+# the example on the tiny character model, a few steps (the warm start teaches it the call
+# format, so its episodes reach the server)
+TINY = [
+    "model.spec=tiny-chars",
+    "model.temperature=1.0",
+    "rollout.max_turn_tokens=80",
+    "warm_start.tasks=64",
+    "warm_start.epochs=30",
+    "warm_start.lr=3e-3",
+    "trainer.lr=1e-3",
+    "trainer.group_size=8",
+    "trainer.steps=3",
+    "env.eval_tasks=4",
+]
 
 
 def tracerl(*args: str, code: int = 0, timeout: float = 900) -> str:
@@ -80,8 +93,8 @@ def test_mcp_servers_need_a_tool_env(tmp_path):
         EXAMPLE,
         f"out_dir={tmp_path / 'runs'}",
         "env.name=tests.mcp_env:PlainEnv",
+        *[a for a in TINY if not a.startswith("warm_start.")],
         "warm_start=null",
-        *TINY,
         code=2,
     )
     assert "env.mcp" in out and "not a ToolEnv" in out

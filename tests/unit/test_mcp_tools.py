@@ -352,3 +352,55 @@ def test_an_http_server_reads_writes_receipts_drift_and_outage(store, tmp_path, 
     assert episode.stop_reason.value == "infra_failure"
     assert episode.attribution.value == "environment"
     assert episode.steps[1].get("retried", 0) >= 1  # a read over HTTP is worth retrying
+
+
+def test_episodes_starting_at_once_share_one_worker_server(store):
+    from tracerl.envs.mcp import client
+
+    server = stdio(store, scope="worker")
+    envs = [make_with(ENV, {}, [server]) for _ in range(4)]
+
+    async def start_all():
+        await asyncio.gather(*(e.reset(e.sample_tasks(1)[0], 0) for e in envs))
+        conns = [e.toolboxes[0].conn for e in envs]
+        got = await asyncio.gather(*(e.tools["get"]({"key": "color"}) for e in envs))
+        for e in envs:
+            await e.close()
+        return conns, got
+
+    conns, got = asyncio.run(start_all())
+    assert all(c is conns[0] for c in conns) and conns[0].alive()
+    assert [r.content for r in got] == ["blue"] * 4
+    # the worker's server dies between episodes: the next episode gets a new one
+    pid = int(conns[0]._pidfile.read_text())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while conns[0].alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    env = make_with(ENV, {}, [server])
+
+    async def again():
+        await env.reset(env.sample_tasks(1)[0], 0)
+        try:
+            return await env.tools["get"]({"key": "color"}), env.toolboxes[0].conn
+        finally:
+            await env.close()
+
+    result, conn = asyncio.run(again())
+    assert result.content == "blue" and conn is not conns[0]
+    asyncio.run(client.on_hub(conn.close()))
+    client._POOL.clear()
+
+
+def test_a_preview_the_config_declares_read_only_is_accepted(store):
+    # a preview tool the server forgot to annotate: the config's override counts
+    server = stdio(
+        store,
+        annotations={"delete_preview": {"readOnlyHint": None}, "big": {"readOnlyHint": False}},
+        dry_run={"delete": "tool:big"},
+    )
+    with pytest.raises(ValueError, match="'big' is not annotated read-only"):
+        make_with(ENV, {}, [server])
+    server["annotations"]["big"] = {"readOnlyHint": True}
+    env = make_with(ENV, {}, [server])
+    assert env.tools["delete"].dry_run_how == "tool:big"

@@ -38,9 +38,9 @@ GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:  # in the child, before exec
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
 
 
 def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
@@ -91,14 +91,20 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     fd, pidfile, command = int(argv[0]), argv[1], argv[3:]
-    grace_s = GRACE_S if parent is None else 2.0  # a tool server, not a GPU engine
+    # a tool server, not a GPU engine: its starter (the MCP SDK) sends this guard SIGTERM
+    # and SIGKILL 2 s later, so the guard must have ended the server well before that; a
+    # guard killed outright takes the server with it (SIGKILL as its death signal)
+    grace_s = GRACE_S if parent is None else 1.0
+    death = signal.SIGTERM if parent is None else signal.SIGKILL
     stopping = False
 
     def _stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
-    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(
+        command, start_new_session=True, preexec_fn=lambda: _die_with_parent(death)
+    )
     signal.signal(signal.SIGTERM, _stop)
     # Ctrl-C reaches the trainer's whole process group, this guard included: the trainer
     # finishes its step and checkpoints, on this server; the pipe says when it is done
@@ -114,7 +120,7 @@ def main(argv: list[str]) -> int:
         if parent is not None:
             if os.getppid() != parent:  # re-parented: the trainer is gone
                 break
-            time.sleep(0.5)
+            time.sleep(0.1)
             continue
         ready, _, _ = select.select([fd], [], [], 0.5)
         if ready and not os.read(fd, 1):  # end of file: the trainer is gone

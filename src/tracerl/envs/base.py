@@ -25,6 +25,7 @@ changed no state (the runner retries it with backoff).
 
 from __future__ import annotations
 
+import logging
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -284,4 +285,9 @@ async def release_toolboxes(env: Env) -> None:
     """Stop every toolbox of `env` (or of the env it wraps): idempotent, so the runner calls
     it after `close` too, for an env whose `close` override forgot ``super()``."""
     for box in getattr(env, "toolboxes", ()):
-        await box.stop()
+        try:
+            await box.stop()
+        except Exception as e:  # never lose an episode to its cleanup
+            logging.getLogger("tracerl").warning(
+                "%s: stopping its tools failed: %s: %s", env.name, type(e).__name__, e
+            )

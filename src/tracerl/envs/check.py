@@ -138,8 +138,10 @@ async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: in
     seen = []
     for _ in range(3):
         env = factory()
-        messages = await env.reset(task, seed)
-        await env.close()
+        try:
+            messages = await env.reset(task, seed)
+        finally:
+            await env.close()
         tokens = renderer.start(messages, env.tool_schemas()).token_ids if renderer else None
         seen.append((json.dumps(messages, sort_keys=True), tokens))
     if any(s != seen[0] for s in seen[1:]):
@@ -149,17 +151,21 @@ async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: in
 
 async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: int) -> str:
     env = factory()
-    await env.reset(task, seed)
     out = []
-    for action in env.check_script(task):
-        r = await env.step(action)
-        calls = [{k: v for k, v in c.to_record().items() if k != "observation"} for c in r.calls]
-        for c in calls:
-            c["result"].pop("latency_ms")
-        out.append((r.messages, r.terminated, r.truncated, calls, r.evidence_gain))
-        if r.terminated or r.truncated:
-            break
-    await env.close()
+    try:
+        await env.reset(task, seed)
+        for action in env.check_script(task):
+            r = await env.step(action)
+            calls = [
+                {k: v for k, v in c.to_record().items() if k != "observation"} for c in r.calls
+            ]
+            for c in calls:
+                c["result"].pop("latency_ms")
+            out.append((r.messages, r.terminated, r.truncated, calls, r.evidence_gain))
+            if r.terminated or r.truncated:
+                break
+    finally:
+        await env.close()
     return json.dumps(out, sort_keys=True)  # strict: episodes must be JSON to be written
 
 
@@ -185,28 +191,19 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
     exercised: set[str] = set()
     for task in env.sample_tasks(8, seed=seed):
         probe = factory()
-        before = json.dumps(probe.snapshot(), sort_keys=True, default=str)
-        await probe.reset(task, seed)
-        for action in probe.check_script(task):
-            r = await probe.step(action)
-            for c in r.calls:
-                if c.effect == "write" and c.result.ok:
-                    if not c.result.dry_run or c.result.effect is None:
-                        return f"{c.call.name}: a guarded write must run dry and report its effect"
-                    exercised.add(c.call.name)
-            if r.terminated or r.truncated:
-                break
-        after = json.dumps(probe.snapshot(), sort_keys=True, default=str)
-        await probe.close()
-        if before != after:
-            return f"a dry run changed the env's real state on task {task['id']!r}"
+        try:
+            problem = await _dry_run_script(probe, task, seed, exercised)
+        finally:
+            await probe.close()
+        if problem:
+            return problem
     missing = sorted({t.name for t in writes} - exercised)
     if missing and getattr(env, "toolboxes", None):  # MCP tools: probe their dry-run paths
         from tracerl.envs.mcp.check import probe_dry_runs
 
         probe = factory()
-        await probe.reset(env.sample_tasks(1, seed=seed)[0], seed)
         try:
+            await probe.reset(env.sample_tasks(1, seed=seed)[0], seed)
             ran, problem = await probe_dry_runs(probe, missing)
         finally:
             await probe.close()
@@ -215,6 +212,26 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
         missing = sorted(set(missing) - ran)
     if missing:
         return f"check_script never completed a dry run of {missing} on 8 tasks"
+    return None
+
+
+async def _dry_run_script(
+    probe: Env, task: dict[str, Any], seed: int, exercised: set[str]
+) -> str | None:
+    before = json.dumps(probe.snapshot(), sort_keys=True, default=str)
+    await probe.reset(task, seed)
+    for action in probe.check_script(task):
+        r = await probe.step(action)
+        for c in r.calls:
+            if c.effect == "write" and c.result.ok:
+                if not c.result.dry_run or c.result.effect is None:
+                    return f"{c.call.name}: a guarded write must run dry and report its effect"
+                exercised.add(c.call.name)
+        if r.terminated or r.truncated:
+            break
+    after = json.dumps(probe.snapshot(), sort_keys=True, default=str)
+    if before != after:
+        return f"a dry run changed the env's real state on task {task['id']!r}"
     return None
 
 

@@ -102,14 +102,16 @@ def make(name: str, **kwargs: Any) -> Env:
     return env
 
 
-def make_with(name: str, kwargs: dict[str, Any], mcp: Sequence[Any] = ()) -> Env:
+def make_with(
+    name: str, kwargs: dict[str, Any], mcp: Sequence[Any] = (), cwd: str | None = None
+) -> Env:
     """`make(name, **kwargs)`, offering the tools of the MCP servers `mcp` too (a config's
-    ``env.mcp``: `tracerl.envs.mcp.attach`)."""
+    ``env.mcp``: `tracerl.envs.mcp.attach`), their relative commands run from `cwd`."""
     env = make(name, **kwargs)
     if mcp:
         from tracerl.envs.mcp import attach
 
-        attach(env, list(mcp))
+        attach(env, list(mcp), cwd)
     return env
 
 
@@ -146,7 +148,7 @@ class EnvFactory:
     def __call__(self) -> Env:
         if self.cwd:
             search_directory(self.cwd)
-        return make_with(self.name, self.kwargs, self.mcp)
+        return make_with(self.name, self.kwargs, self.mcp, self.cwd)
 
 
 def env_factory(

@@ -69,9 +69,10 @@ async def run_episode(
     finally:
         try:
             await env.close()
-            await release_toolboxes(env)  # its MCP servers end, whatever close() did
         except Exception as e:  # a finished episode is kept even if cleanup fails
             log.warning("%s: env.close() failed: %s: %s", run.episode_id, type(e).__name__, e)
+        finally:
+            await release_toolboxes(env)  # its MCP servers end, whatever close() did
 
 
 async def failed_episode(

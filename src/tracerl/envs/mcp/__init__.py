@@ -18,17 +18,20 @@ from tracerl.envs.mcp.config import McpServer, ToolHints
 from tracerl.envs.mcp.tools import McpTool, McpTools
 
 
-def attach(env: Any, servers: list[Any]) -> Any:
+def attach(env: Any, servers: list[Any], cwd: str | None = None) -> Any:
     """`env` offering the tools of `servers` (a config's ``env.mcp``) besides its own.
 
     The env must be a `ToolEnv` (its `step` runs tool calls by name); the servers are
-    recorded in ``env.spec["mcp"]`` so a live replay or a Ray worker rebuilds the same."""
+    recorded in ``env.spec["mcp"]`` so a live replay or a Ray worker rebuilds the same. A
+    stdio server without a ``cwd`` runs in `cwd` (the driver's directory: a relative
+    command means the same on every worker)."""
     from tracerl.envs.base import ToolEnv
+    from tracerl.envs.faults import FaultInjector
     from tracerl.errors import UserError
 
     if not servers:
         return env
-    target = getattr(env, "env", env)  # a wrapper (FaultInjector): the env it wraps
+    target = env.env if isinstance(env, FaultInjector) else env
     if not isinstance(target, ToolEnv):
         raise UserError(
             f"env.mcp: environment {env.name!r} is a {type(env).__name__}, not a ToolEnv: "
@@ -37,11 +40,13 @@ def attach(env: Any, servers: list[Any]) -> Any:
             "step() (tracerl.envs.mcp.McpTools)",
         )
     configs = [McpServer.model_validate(s) if isinstance(s, dict) else s for s in servers]
-    for server in configs:
-        target.use(McpTools(server))
     spec = getattr(env, "spec", None)
-    if isinstance(spec, dict):
+    if isinstance(spec, dict):  # as given: a replay elsewhere resolves cwd there
         spec["mcp"] = [s.model_dump(mode="json", exclude_defaults=True) for s in configs]
+    for server in configs:
+        if cwd and server.command is not None and server.cwd is None:
+            server = server.model_copy(update={"cwd": cwd})
+        target.use(McpTools(server))
     return env
 
 

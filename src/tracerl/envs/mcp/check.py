@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,23 +22,28 @@ def mcp_tools(env: Any) -> list[McpTool]:
 
 
 async def check_servers(factory: Callable[[], Any], seed: int) -> str:
-    """A problem, or ``"note: "`` and what the servers are."""
-    listings = []
-    for _ in range(2):
-        env = factory()
-        task = env.sample_tasks(1, seed=seed)[0]
-        await env.reset(task, seed)
-        listings.append((env.tool_versions(), env.services()))
-        await env.close()
-    (first, services), (second, _) = listings
-    if first != second:
-        changed = sorted(k for k in {*first, *second} if first.get(k) != second.get(k))
-        return (
-            f"two fresh starts listed different tools or versions ({changed}): its episodes "
-            "cannot be replayed against one listing"
-        )
+    """A problem, or ``"note: "`` and what the servers are. Each server is started (or
+    connected to) twice afresh, whatever its scope: the two listings must agree."""
+    from tracerl.envs.mcp import client as mc
+
+    env = factory()
     parts = []
-    for s in services:
+    for box in env.toolboxes:
+        server = box.server
+        listings = []
+        for _ in range(2):
+            conn = await mc.on_hub(mc.fresh(server))
+            await mc.on_hub(conn.close())
+            listings.append(conn.listing)
+        first, second = ({t.name: _tool_key(t) for t in li.tools} for li in listings)
+        if first != second or listings[0].identity != listings[1].identity:
+            changed = sorted(k for k in {*first, *second} if first.get(k) != second.get(k))
+            return (
+                f"MCP server {server.name!r}: two fresh starts listed different tools or "
+                f"versions ({changed or 'its identity'}): its episodes cannot be replayed "
+                "against one listing"
+            )
+        s = listings[0].identity
         if not s.get("name") or not s.get("version"):
             return (
                 f"MCP server {s['server']!r} reports no name or version: receipts could not "
@@ -45,6 +51,10 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
             )
         parts.append(f"{s['server']} = {s['name']}@{s['version']} ({s['transport']})")
     return "note: " + "; ".join(parts)
+
+
+def _tool_key(t: Any) -> str:
+    return json.dumps(t.model_dump(mode="json", exclude_none=True), sort_keys=True)
 
 
 def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +96,11 @@ async def probe_dry_runs(env: Any, names: list[str]) -> tuple[set[str], str | No
         if t.name not in names or t.effect != "write":
             continue
         result = await t(example_arguments(t.parameters), dry_run=True)
+        if result.error is not None and result.error.kind.value == "invalid_arguments":
+            return ran, (
+                f"{t.name}: could not make arguments its schema accepts "
+                f"({result.error.message}); call it in the env's check_script"
+            )
         if result.error is not None:
             return ran, f"{t.name}: its dry run ({t.dry_run_how}) failed: {result.error.message}"
         if not result.dry_run or not result.effect or result.effect.get("executed"):

@@ -27,6 +27,7 @@ import tempfile
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tracerl.envs.mcp.config import McpServer, expand
@@ -83,6 +84,9 @@ def hub() -> _Hub:
     global _hub
     with _hub_lock:
         if _hub is None or _hub.pid != os.getpid():  # none yet, or a forked child
+            if _hub is not None:  # the parent's connections are not this process's
+                _POOL.clear()
+                _LOCKS.clear()
             _hub = _Hub()
             atexit.register(_close_pool)
         return _hub
@@ -120,6 +124,7 @@ class Connection:
         self._closing: asyncio.Event | None = None
         self._owner: asyncio.Task[None] | None = None
         self._errlog: Any = None
+        self._pidfile: Path | None = None
 
     # ---- on the hub ------------------------------------------------------------------------
     async def open(self) -> Listing:
@@ -130,22 +135,26 @@ class Connection:
             return await asyncio.wait_for(asyncio.shield(ready), self.server.connect_timeout_s)
         except TimeoutError:
             self.dead = f"no answer in {self.server.connect_timeout_s:g} s (connect_timeout_s)"
-            await self.close()
-            raise McpUnavailable(self._why("did not start")) from None
-        except McpUnavailable:
-            await self.close()
+            why = self._why("did not start")  # before close() drops the stderr file
+            await asyncio.shield(self.close(grace_s=0.0))
+            raise McpUnavailable(why) from None
+        except BaseException:  # McpUnavailable, or the caller cancelled: end what started
+            await asyncio.shield(self.close(grace_s=0.0))
             raise
 
     async def _own(self, ready: asyncio.Future[Listing]) -> None:
         mcp = import_mcp()
         try:
-            transport = self._transport(mcp)
-            async with mcp.Client(
-                transport,
-                read_timeout_seconds=self.server.timeout_s,
-                cache=None,  # a listing is read fresh: it is what versions the tools
-                client_info=_client_info(),
-            ) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                transport = await self._transport(mcp, stack)
+                client = await stack.enter_async_context(
+                    mcp.Client(
+                        transport,
+                        read_timeout_seconds=self.server.timeout_s,
+                        cache=None,  # a listing is read fresh: it is what versions the tools
+                        client_info=_client_info(),
+                    )
+                )
                 self.client = client
                 listing = Listing(_identity(self.server, client), tuple(await _tools(client)))
                 self.listing = listing
@@ -164,7 +173,7 @@ class Connection:
             self.dead = self.dead or "closed"
             self.client = None
 
-    def _transport(self, mcp: Any) -> Any:
+    async def _transport(self, mcp: Any, stack: contextlib.AsyncExitStack) -> Any:
         s = self.server
         if s.url is not None:
             from mcp.client.streamable_http import streamable_http_client
@@ -172,9 +181,10 @@ class Connection:
             headers = {k: expand(v, f"{s.where()}: headers.{k}") for k, v in s.headers.items()}
             if not headers:
                 return streamable_http_client(s.url)
-            import httpx2
+            from mcp.shared._httpx_utils import create_mcp_http_client
 
-            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(s.timeout_s))
+            # the SDK's timeouts (a response stream may stay open); closed with the owner
+            http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
             return streamable_http_client(s.url, http_client=http)
         from mcp.client.stdio import stdio_client
 
@@ -182,37 +192,60 @@ class Connection:
         command = list(s.command)
         if command[0] in ("python", "python3"):
             command[0] = sys.executable
-        # the guard ends the server with this process, kill -9 included
+        # the guard ends the server with this process, kill -9 included; it writes the
+        # server's pid, so a server that died is known before a call finds out
         guard = [sys.executable, "-m", "tracerl.engines.guard", "--parent", str(os.getpid())]
         env = {k: expand(v, f"{s.where()}: env.{k}") for k, v in s.env.items()}
         if "PYTHONPATH" in os.environ and "PYTHONPATH" not in env:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # how this process found tracerl
+        self._pidfile = Path(tempfile.mkdtemp(prefix="tracerl-mcp-")) / "server.pid"
         params = mcp.StdioServerParameters(
             command=guard[0],
-            args=[*guard[1:], "-", "--", *command],
+            args=[*guard[1:], str(self._pidfile), "--", *command],
             env=env,
             cwd=s.cwd or os.getcwd(),
         )
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
         return stdio_client(params, errlog=self._errlog)
 
-    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+    def alive(self) -> bool:
+        """Open, and (stdio) its server still running: a pooled connection worth reusing."""
         if self.dead is not None or self.client is None:
+            return False
+        if self._owner is not None and self._owner.done():
+            return False
+        if self._pidfile is None:
+            return True
+        try:
+            pid = int(self._pidfile.read_text())
+        except (OSError, ValueError):
+            return True  # not written yet: the guard has only just started it
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+        if not self.alive():
+            self.dead = self.dead or "the server process exited"
             raise McpUnavailable(self._why("is not connected"))
         try:
             return await self.client.call_tool(name, arguments, read_timeout_seconds=timeout)
         except Exception as e:
-            if _connection_lost(e):
+            if _connection_lost(e) or not self.alive():
                 self.dead = self.dead or describe(e)
                 raise McpUnavailable(self._why("lost its connection")) from None
             raise
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 10.0) -> None:
+        """End the connection (a stdio server: stdin closed, then the SDK's kill)."""
         if self._closing is not None:
             self._closing.set()
         if self._owner is not None and not self._owner.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._owner), 10.0)
+            try:  # an owner still starting is not waiting to be told: cancel it
+                waiting = self.listing is not None
+                await asyncio.wait_for(asyncio.shield(self._owner), grace_s if waiting else 0)
             except (TimeoutError, Exception):
                 self._owner.cancel()
                 with contextlib.suppress(BaseException):
@@ -221,6 +254,10 @@ class Connection:
             with contextlib.suppress(Exception):
                 self._errlog.close()
             self._errlog = None
+        if self._pidfile is not None:
+            with contextlib.suppress(Exception):
+                self._pidfile.unlink(missing_ok=True)
+                self._pidfile.parent.rmdir()
 
     # ---- what went wrong -------------------------------------------------------------------
     def _why(self, what: str) -> str:
@@ -284,23 +321,25 @@ def describe(e: BaseException) -> str:
 
 
 def _connection_lost(e: BaseException) -> bool:
-    """The transport is gone (a dead server, a broken stream), as opposed to an error the
-    server answered with."""
+    """The transport is gone (a broken stream, an HTTP connection refused, the SDK's own
+    "Connection closed"), as opposed to an error the server answered with or a timeout."""
     import anyio
 
     if isinstance(e, BaseExceptionGroup):
         return any(_connection_lost(x) for x in e.exceptions)
-    code = getattr(e, "code", None)
-    if type(e).__name__ == "MCPError" and code == -32000:  # CONNECTION_CLOSED
-        return True
-    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
-    if isinstance(e, closed):
+    if type(e).__name__ == "MCPError":  # -32000 is also a server's own error range
+        return getattr(e, "code", None) == -32000 and getattr(e, "message", "") == (
+            "Connection closed"
+        )
+    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+    if isinstance(e, closed) or (isinstance(e, OSError) and not isinstance(e, TimeoutError)):
         return True
     return type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
 # ---- connections shared by a worker's episodes ---------------------------------------------
 _POOL: dict[str, Connection] = {}
+_LOCKS: dict[str, asyncio.Lock] = {}  # used on the hub's loop only
 _LISTINGS: dict[str, Listing] = {}
 
 
@@ -310,20 +349,21 @@ def key(server: McpServer) -> str:
 
 
 async def shared(server: McpServer) -> Connection:
-    """The worker's connection to `server` (on the hub), opened again if it died."""
+    """The worker's connection to `server` (on the hub), opened again if it died. One
+    opener at a time per server: concurrent episodes wait for it and share it."""
     k = key(server)
-    conn = _POOL.get(k)
-    if conn is None or conn.dead is not None:
+    lock = _LOCKS.setdefault(k, asyncio.Lock())
+    async with lock:
+        conn = _POOL.get(k)
+        if conn is not None and conn.alive():
+            return conn
         if conn is not None:
-            await conn.close()
-        conn = Connection(server)
-        _POOL[k] = conn
-        try:
-            _LISTINGS[k] = await conn.open()
-        except BaseException:
             _POOL.pop(k, None)
-            raise
-    return conn
+            await conn.close(grace_s=2.0)
+        conn = Connection(server)
+        _LISTINGS[k] = await conn.open()
+        _POOL[k] = conn
+        return conn
 
 
 async def fresh(server: McpServer) -> Connection:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,11 @@ class McpTool(Tool):
     def validate(self, arguments: Any) -> dict[str, Any] | Fault:
         if not isinstance(arguments, dict):
             return Fault(FaultKind.INVALID_ARGUMENTS, f"{self.name}: arguments must be an object")
-        problems = schema_problems(self.parameters, arguments)
+        try:
+            problems = schema_problems(self.parameters, arguments)
+        except Exception as e:  # a schema the validator cannot apply: the server's problem
+            message = f"{self.name}: its input schema cannot be applied ({mc.describe(e)})"
+            return Fault(FaultKind.SERVER_ERROR, message, False, type(e).__name__)
         if problems:
             return Fault(FaultKind.INVALID_ARGUMENTS, f"{self.name}: {problems}")
         return dict(arguments)
@@ -199,7 +204,9 @@ class McpTools:
             await mc.on_hub(conn.close())
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
-        if self.conn is None or (self.conn.dead and self.server.transport == "http"):
+        if self.conn is not None and self.conn.dead and self.server.transport == "http":
+            await self.stop()  # an HTTP server may be back: reconnect (a stdio one is not)
+        if self.conn is None:
             self.conn = await mc.on_hub(self._connect())  # called before start, or reconnect
         conn = self.conn
         return await mc.on_hub(conn.call(name, arguments, timeout), timeout + 10)
@@ -237,13 +244,17 @@ class McpTools:
         if effect == "write":
             check_dry_run(s, t, how, offered)
         schema = dict(t.input_schema or {"type": "object", "properties": {}})
+        check_schema(s, t.name, schema)
         identity = listing.identity
-        digest = schema_hash({"name": t.name, "description": t.description, "schema": schema})
+        declared = t.annotations.model_dump(exclude_none=True) if t.annotations else {}
+        digest = schema_hash(
+            {"name": t.name, "description": t.description, "schema": schema, "hints": declared}
+        )
         if effect == "write" and how.startswith("argument:"):
             schema = _without(schema, how.partition(":")[2])
         version = f"{identity.get('name') or s.name}@{identity.get('version') or '?'}#{digest}"
         return McpTool(
-            name=s.prefix + t.name,
+            name=model_name(s.prefix, t.name),
             description=(t.description or getattr(t, "title", None) or t.name).strip(),
             parameters=schema,
             fn=None,  # type: ignore[arg-type] - the server runs it
@@ -291,7 +302,11 @@ def check_dry_run(s: McpServer, t: Any, how: str, offered: dict[str, Any]) -> No
             f"{s.where()}: dry_run.{t.name} is 'tool:{arg}', but the server has no tool "
             f"{arg!r} (its tools: {sorted(offered)})"
         )
-    if mode == "tool" and not effective_hints(offered[arg].annotations, None)["readOnlyHint"]:
+    preview = offered.get(arg)
+    if (
+        mode == "tool"
+        and not effective_hints(preview.annotations, s.annotations.get(arg))["readOnlyHint"]
+    ):
         raise ValueError(
             f"{s.where()}: dry_run.{t.name} is 'tool:{arg}', but {arg!r} is not annotated "
             "read-only: a preview must not change anything (annotate it, or override "
@@ -304,6 +319,27 @@ def check_dry_run(s: McpServer, t: Any, how: str, offered: dict[str, Any]) -> No
                 f"{s.where()}: dry_run.{t.name} is 'argument:{arg}', but the tool's schema "
                 f"declares no boolean argument {arg!r}"
             )
+
+
+def model_name(prefix: str, remote: str) -> str:
+    """The name the model sees: the prefix and the server's name, with characters tracerl's
+    tool names do not allow (MCP allows ``-`` and ``.``) as ``_``, at most 64."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", prefix + remote)[:64]
+
+
+def check_schema(s: McpServer, name: str, schema: dict[str, Any]) -> None:
+    """The tool's input schema is JSON Schema the validator can apply, or the server entry
+    is refused naming the tool."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(
+            f"{s.where()}: tool {name!r} has an input schema that is not valid JSON Schema "
+            f"({e.message}); leave it out with `tools`"
+        ) from None
 
 
 def _without(schema: dict[str, Any], name: str) -> dict[str, Any]:
