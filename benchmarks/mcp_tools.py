@@ -116,7 +116,7 @@ async def main(args: argparse.Namespace) -> None:
         wk = [await start(box_stdio) for _ in range(3)]
         print("connect per episode (ms, median of 3):")
         print(f"  scope: episode {statistics.median(ep):8.0f}   (a new stdio server)")
-        print(f"  scope: worker  {statistics.median(wk):8.0f}   (reused)")
+        print(f"  scope: worker  {statistics.median(wk):8.1f}   (reused)")
         boxes = [McpTools(stdio) for _ in range(args.episodes)]
         t0 = time.perf_counter()
         await asyncio.gather(*(b.start() for b in boxes))

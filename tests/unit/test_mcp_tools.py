@@ -355,7 +355,7 @@ def test_an_http_server_reads_writes_receipts_drift_and_outage(store, tmp_path, 
 
 
 def test_episodes_starting_at_once_share_one_worker_server(store):
-    from tracerl.envs.mcp import client
+    from tracerl.envs.mcp import client, pool
 
     server = stdio(store, scope="worker")
     envs = [make_with(ENV, {}, [server]) for _ in range(4)]
@@ -389,7 +389,7 @@ def test_episodes_starting_at_once_share_one_worker_server(store):
     result, conn = asyncio.run(again())
     assert result.content == "blue" and conn is not conns[0]
     asyncio.run(client.on_hub(conn.close()))
-    client._POOL.clear()
+    pool._POOL.clear()
 
 
 def test_a_preview_the_config_declares_read_only_is_accepted(store):

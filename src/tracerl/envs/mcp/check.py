@@ -25,6 +25,7 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
     """A problem, or ``"note: "`` and what the servers are. Each server is started (or
     connected to) twice afresh, whatever its scope: the two listings must agree."""
     from tracerl.envs.mcp import client as mc
+    from tracerl.envs.mcp import pool
 
     env = factory()
     parts = []
@@ -32,7 +33,7 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
         server = box.server
         listings = []
         for _ in range(2):
-            conn = await mc.on_hub(mc.fresh(server))
+            conn = await mc.on_hub(pool.fresh(server))
             await mc.on_hub(conn.close())
             listings.append(conn.listing)
         first, second = ({t.name: _tool_key(t) for t in li.tools} for li in listings)

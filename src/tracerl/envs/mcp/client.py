@@ -18,8 +18,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import sys
@@ -84,11 +82,12 @@ def hub() -> _Hub:
     global _hub
     with _hub_lock:
         if _hub is None or _hub.pid != os.getpid():  # none yet, or a forked child
+            from tracerl.envs.mcp import pool
+
             if _hub is not None:  # the parent's connections are not this process's
-                _POOL.clear()
-                _LOCKS.clear()
+                pool.forget()
             _hub = _Hub()
-            atexit.register(_close_pool)
+            atexit.register(pool.close_all)
         return _hub
 
 
@@ -100,6 +99,11 @@ async def on_hub(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -
     except (asyncio.CancelledError, TimeoutError):
         fut.cancel()
         raise
+
+
+def owned() -> bool:
+    """Whether this process's hub is running (connections exist that are this process's)."""
+    return _hub is not None and _hub.pid == os.getpid()
 
 
 def run_sync(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
@@ -335,70 +339,3 @@ def _connection_lost(e: BaseException) -> bool:
     if isinstance(e, closed) or (isinstance(e, OSError) and not isinstance(e, TimeoutError)):
         return True
     return type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2")
-
-
-# ---- connections shared by a worker's episodes ---------------------------------------------
-_POOL: dict[str, Connection] = {}
-_LOCKS: dict[str, asyncio.Lock] = {}  # used on the hub's loop only
-_LISTINGS: dict[str, Listing] = {}
-
-
-def key(server: McpServer) -> str:
-    text = json.dumps(server.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-async def shared(server: McpServer) -> Connection:
-    """The worker's connection to `server` (on the hub), opened again if it died. One
-    opener at a time per server: concurrent episodes wait for it and share it."""
-    k = key(server)
-    lock = _LOCKS.setdefault(k, asyncio.Lock())
-    async with lock:
-        conn = _POOL.get(k)
-        if conn is not None and conn.alive():
-            return conn
-        if conn is not None:
-            _POOL.pop(k, None)
-            await conn.close(grace_s=2.0)
-        conn = Connection(server)
-        _LISTINGS[k] = await conn.open()
-        _POOL[k] = conn
-        return conn
-
-
-async def fresh(server: McpServer) -> Connection:
-    """A new connection of its own (an episode's), open."""
-    conn = Connection(server)
-    _LISTINGS[key(server)] = await conn.open()
-    return conn
-
-
-def listing(server: McpServer) -> Listing:
-    """The server's tools, for building an environment before any episode: the worker's
-    connection's, a listing already read in this process, or one read now."""
-    k = key(server)
-    if k in _LISTINGS:
-        return _LISTINGS[k]
-
-    async def read() -> Listing:
-        if server.scope == "worker":
-            return (await shared(server)).listing  # type: ignore[return-value]
-        conn = await fresh(server)
-        await conn.close()
-        return conn.listing  # type: ignore[return-value]
-
-    return run_sync(read(), server.connect_timeout_s + 15)
-
-
-def _close_pool() -> None:
-    """At exit: close the worker's connections (their stdio servers end)."""
-    if not _POOL or _hub is None or _hub.pid != os.getpid():
-        return
-
-    async def close_all() -> None:
-        conns = list(_POOL.values())
-        _POOL.clear()
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-
-    with contextlib.suppress(Exception):
-        run_sync(close_all(), 15)

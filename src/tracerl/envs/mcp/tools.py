@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.mcp import client as mc
+from tracerl.envs.mcp import pool
 from tracerl.envs.mcp.config import McpServer, ToolHints, as_server, dry_run_mode
 from tracerl.envs.tools import Tool, ToolResult
 from tracerl.types import Fault, FaultKind
@@ -164,7 +165,7 @@ class McpTools:
         mc.import_mcp()
         self.server = as_server(server)
         self.conn: mc.Connection | None = None
-        self._listing = mc.listing(self.server)
+        self._listing = pool.listing(self.server)
         self._tools = self._build(self._listing)
 
     # ---- what the environment sees ---------------------------------------------------------
@@ -194,8 +195,8 @@ class McpTools:
 
     async def _connect(self) -> mc.Connection:
         if self.server.scope == "worker":
-            return await mc.shared(self.server)
-        return await mc.fresh(self.server)
+            return await pool.shared(self.server)
+        return await pool.fresh(self.server)
 
     async def stop(self) -> None:
         """End the episode's connection (its server, with ``scope: episode``)."""
