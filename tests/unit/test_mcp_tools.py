@@ -404,3 +404,25 @@ def test_a_preview_the_config_declares_read_only_is_accepted(store):
     server["annotations"]["big"] = {"readOnlyHint": True}
     env = make_with(ENV, {}, [server])
     assert env.tools["delete"].dry_run_how == "tool:big"
+
+
+def test_an_env_mixes_its_own_tools_and_a_servers(store, tiny):
+    """refund_desk's native tools and the kv server's, side by side (prefixed)."""
+    env = make_with("refund_desk", {}, [stdio(store, prefix="kv_", tools=["get", "put"])])
+    assert {"lookup_order", "issue_refund", "kv_get", "kv_put"} <= set(env.tools.names())
+    task = env.sample_tasks(1)[0]
+    texts = [
+        calls(("lookup_order", {"order_id": task["order_id"]}), ("kv_get", {"key": "color"})),
+        calls(("kv_put", {"key": "note", "value": "refund checked"})),
+        "done",
+    ]
+    cfg = RolloutConfig(budgets=Budgets(write_actions=2), reserve=None)
+    episode = asyncio.run(
+        run_episode(env, task, policy(tiny.renderer, texts), cfg, seed=0, episode_id="m:s0")
+    )
+    lookup, get, put = tool_calls(episode)
+    assert lookup["result"]["error"] is None and get["result"]["content"] == "blue"
+    assert put["effect"] == "write" and put["result"]["effect"]["tool"] == "put"
+    assert put["result"]["dry_run"] and "note" not in json.loads(store.read_text())
+    assert episode.receipt.tool_versions["kv_get"].startswith("kv-store@1.0.0#")
+    assert episode.receipt.tool_versions["lookup_order"] == "1"
