@@ -201,7 +201,7 @@ class ToolEnv(Env):
             raise ValueError(f"{self.name}: a task is a dict with an 'id', got {task!r:.200}")
         self.task, self.rng, self.done = task, random.Random(seed), False
         self.answer: dict[str, Any] | None = None
-        if self.toolboxes:
+        if getattr(self, "toolboxes", None):  # (an __init__ that skipped super's has none)
             for box in self.toolboxes:
                 await box.start()  # an MCP server that will not start: reset fails (infra)
             self._offer()  # the episode's listing versions its tools
@@ -226,7 +226,7 @@ class ToolEnv(Env):
         await release_toolboxes(self)
 
     def services(self) -> list[dict[str, Any]]:
-        return [box.identity() for box in self.toolboxes]
+        return [box.identity() for box in getattr(self, "toolboxes", ())]
 
     @abstractmethod
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]: ...

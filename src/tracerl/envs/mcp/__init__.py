@@ -42,7 +42,8 @@ def attach(env: Any, servers: list[Any], cwd: str | None = None) -> Any:
     configs = [McpServer.model_validate(s) if isinstance(s, dict) else s for s in servers]
     spec = getattr(env, "spec", None)
     if isinstance(spec, dict):  # as given: a replay elsewhere resolves cwd there
-        spec["mcp"] = [s.model_dump(mode="json", exclude_defaults=True) for s in configs]
+        given = [s.model_dump(mode="json", exclude_defaults=True) for s in configs]
+        spec["mcp"] = [*spec.get("mcp", []), *given]
     for server in configs:
         if cwd and server.command is not None and server.cwd is None:
             server = server.model_copy(update={"cwd": cwd})
