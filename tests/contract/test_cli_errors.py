@@ -187,6 +187,16 @@ CASES = {
         "did you mean 'trainer.steps'?",
         None,
     ),
+    "check-env with neither an environment nor a config": (
+        ["check-env"],
+        "check-env: name an environment, or give --config FILE",
+        None,
+    ),
+    "check-env of a name and a config that disagree": (
+        ["check-env", "refund_desk", "--config", "good.yaml"],
+        "name different environments",
+        "give one of them",
+    ),
     "check-env of an unknown environment": (
         ["check-env", "unitcon"],
         "unknown environment 'unitcon'",

@@ -1,8 +1,8 @@
 """What `check_env` adds for tools from MCP servers.
 
 * servers — each server identifies itself (name and version: what versions its tools in
-  receipts), and two fresh episodes see the same tools at the same versions (a server
-  whose listing changes from one start to the next cannot be replayed against);
+  receipts), and two fresh starts of it list the same tools at the same versions (a
+  server whose listing changes from one start to the next cannot be replayed against);
 * dry runs — every MCP write tool the env's own `check_script` does not exercise is called
   once under the guard with arguments made from its schema: it must come back as a dry run
   with its intended effect, never executed.
@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tracerl.envs.mcp import client as mc
+from tracerl.envs.mcp import pool
 from tracerl.envs.mcp.tools import McpTool
 
 
@@ -24,9 +26,6 @@ def mcp_tools(env: Any) -> list[McpTool]:
 async def check_servers(factory: Callable[[], Any], seed: int) -> str:
     """A problem, or ``"note: "`` and what the servers are. Each server is started (or
     connected to) twice afresh, whatever its scope: the two listings must agree."""
-    from tracerl.envs.mcp import client as mc
-    from tracerl.envs.mcp import pool
-
     env = factory()
     parts = []
     for box in env.toolboxes:
