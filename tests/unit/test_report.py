@@ -47,6 +47,8 @@ def test_training_episodes_carry_their_reward_breakdown(run):
     # and not counted among the policy's episodes
     assert step["train/constraint_violation_rate"] == pytest.approx(1 / (MEMBERS - 1))
     assert step["train/ineligible_episodes"] == 2.0  # the two g4 episodes, environment's
+    # each task's five plans score differently: every group has something to teach
+    assert step["train/zero_signal_groups"] == 0.0
     assert step["attribution/episodes_environment"] == pytest.approx(1 / MEMBERS)
     assert step["cost/tool_latency_ms_mean"] > 0 and step["rollout/latency_p95_s"] > 0
 
@@ -81,6 +83,7 @@ def test_the_dashboard_shows_attribution_stops_components_and_facts(report):
         "invalid citation rate",
         "P95 episode latency",
         "episodes left out of the gradient",
+        "groups with no signal",
         "Run facts",
     ):
         assert heading in html, heading

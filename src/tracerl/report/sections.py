@@ -181,6 +181,11 @@ def quality(d: RunData) -> str:
         ],
         ["episodes left out of the gradient (run total)", f"{dropped:.0f}", "–"],
         [
+            "groups with no signal: all rewards equal (run mean)",
+            pct(_mean(d.train, "train/zero_signal_group_rate")),
+            "–",
+        ],
+        [
             "staleness (policy versions behind)",
             _num(_mean(d.train, stale[0]))
             if stale

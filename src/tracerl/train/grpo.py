@@ -28,7 +28,12 @@ from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, r
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.learner import Learner
-from tracerl.train.metrics import gradient_eligible, owner_metrics, scored_metrics
+from tracerl.train.metrics import (
+    gradient_eligible,
+    owner_metrics,
+    scored_metrics,
+    signal_metrics,
+)
 from tracerl.types import RewardBreakdown, StopReason
 
 RewardFn = Callable[[Episode], float | RewardBreakdown]
@@ -133,4 +138,5 @@ def update_on_groups(
     metrics["train/reward_mean"] = float(rewards_B.mean()) if episodes else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(episodes).items()})
     metrics["train/ineligible_episodes"] = float(sum(not ok for ok in eligible))
+    metrics.update(signal_metrics(rewards, eligible, [len(g) for g in groups]))
     return metrics

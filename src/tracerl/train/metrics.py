@@ -162,3 +162,22 @@ def eval_metrics(
             of_kind = [e for e in episodes if e.receipt.task.get("kind") == kind]
             out[f"eval/adversarial/{kind}/success_rate"] = scored_metrics(of_kind)["success_rate"]
     return out
+
+
+def signal_metrics(
+    rewards: Sequence[float], eligible: Sequence[bool], sizes: Sequence[int]
+) -> dict[str, float]:
+    """How many of a step's groups can teach anything: a group whose eligible rewards are all
+    equal (or that has fewer than two eligible members) has zero advantage everywhere, so
+    its sampling bought nothing. ``train/zero_signal_groups`` (a count) and
+    ``train/zero_signal_group_rate`` (its share of the step's groups)."""
+    empty, start = 0, 0
+    for n in sizes:
+        group = zip(rewards[start : start + n], eligible[start : start + n], strict=True)
+        vals = [r for r, ok in group if ok]
+        empty += len(vals) < 2 or max(vals) == min(vals)
+        start += n
+    return {
+        "train/zero_signal_groups": float(empty),
+        "train/zero_signal_group_rate": empty / (len(sizes) or 1),
+    }
