@@ -190,6 +190,16 @@ class TrainerConfig(_Config):
     group mean, over the group std), ``dr_grpo`` (minus the group mean, no std), ``rloo``
     (minus the mean of the other members), ``reinforce_pp_baseline`` (minus the group mean,
     then whitened over the batch). Episodes not eligible for the gradient get 0."""
+    credit: Literal["episode", "turn_returns", "step_groups"] = "episode"
+    """How credit reaches the turns (`tracerl.algos.turn_advantages`): ``episode`` (the
+    episode's advantage on all its turns), ``turn_returns`` (each turn's return against the
+    other members that reached the same turn), ``step_groups`` (the episode's advantage,
+    plus each turn's return against other episodes' turns from the same state, GiGPO-style).
+    A turn whose environment step failed gets 0."""
+    credit_gamma: float = Field(1.0, ge=0, le=1)
+    """``turn_returns``, ``step_groups``: the discount of later rewards in a turn's return."""
+    step_group_weight: float = Field(1.0, ge=0)
+    """``step_groups``: the weight of the step advantage beside the episode's."""
     reward: str | None = None
     """How episodes are scored. None: the environment's own verifier (its ``reward`` method
     or ``reward_components``); a built-in (``search``, ``arithmetic``, ``coderepair``); an

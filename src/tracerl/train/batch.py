@@ -28,6 +28,7 @@ class Batch:
     loss_mask_B_T: torch.Tensor  # 1 on policy tokens
     old_logprobs_B_T: torch.Tensor  # the sampler's log-probs on policy tokens, else 0
     advantages_B: torch.Tensor
+    """One per row, or (turn-level credit) one per token: ``[B, T]``."""
     rows: list[int]  # which input trajectories, in this order
     prefix_len: int = 0
     """Leading tokens every row shares and none trains on (a group's prompt): the learner
@@ -65,7 +66,15 @@ def padded_batch(
         old[b, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
     if mask[:, 0].any():
         raise ValueError("a trajectory starts with a policy token; it needs a prompt before it")
-    adv = torch.tensor([float(advantages[i]) for i in rows], dtype=torch.float32)
+    if any(isinstance(advantages[i], Sequence) for i in rows):  # per token (turn credit)
+        adv = torch.zeros(shape, dtype=torch.float32)
+        for b, i in enumerate(rows):
+            a = advantages[i]
+            adv[b, : len(trajectories[i])] = (
+                torch.tensor(a, dtype=torch.float32) if isinstance(a, Sequence) else float(a)
+            )
+    else:
+        adv = torch.tensor([float(advantages[i]) for i in rows], dtype=torch.float32)
     return Batch(ids, attn, mask, old, adv, rows)
 
 

@@ -34,6 +34,7 @@ from tracerl.train.metrics import (
     scored_metrics,
     signal_metrics,
 )
+from tracerl.train.turn_credit import turn_level_advantages
 from tracerl.types import RewardBreakdown, StopReason
 
 RewardFn = Callable[[Episode], float | RewardBreakdown]
@@ -44,6 +45,10 @@ RewardFn = Callable[[Episode], float | RewardBreakdown]
 class GRPOConfig:
     group_size: int = 8
     advantage: str = "grpo"
+    credit: str = "episode"
+    """``episode``, or a turn-level estimator (`tracerl.train.turn_credit`)."""
+    credit_gamma: float = 1.0
+    step_group_weight: float = 1.0
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     max_concurrent_episodes: int = 32
     timeouts: str = "exclude"
@@ -125,14 +130,26 @@ def update_on_groups(
     rewards_B = torch.tensor(rewards, dtype=torch.float32)
     group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
     eligible_B = torch.tensor(eligible, dtype=torch.bool)
-    advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
-    if sample_weights is not None:
-        advantages_B = advantages_B * torch.tensor(sample_weights, dtype=torch.float32)
-    rows, advs = [], []
-    for e, a, ok in zip(episodes, advantages_B.tolist(), eligible, strict=True):
-        if ok:
-            rows += e.trajectories
-            advs += [a] * len(e.trajectories)
+    weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
+    rows: list[Any] = []
+    advs: list[Any] = []
+    if cfg.credit == "episode":
+        advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
+        for e, a, w, ok in zip(episodes, advantages_B.tolist(), weights, eligible, strict=True):
+            if ok:
+                rows += e.trajectories
+                advs += [a * w] * len(e.trajectories)
+    else:  # one advantage per turn, on that turn's tokens
+        params: dict[str, Any] = {"gamma": cfg.credit_gamma}
+        if cfg.credit == "step_groups":
+            params.update(omega=cfg.step_group_weight, base=cfg.advantage)
+        per_token = turn_level_advantages(
+            episodes, rewards, group_B, eligible, cfg.credit, **params
+        )
+        for e, tokens, w, ok in zip(episodes, per_token, weights, eligible, strict=True):
+            if ok:
+                rows += e.trajectories
+                advs += [[a * w for a in row] for row in tokens]
     metrics = learner.update(rows, advs, lr_scale=lr_scale) if rows else {}
     metrics.update(rollout_metrics(episodes) | owner_metrics(episodes))
     metrics["train/reward_mean"] = float(rewards_B.mean()) if episodes else 0.0

@@ -218,6 +218,9 @@ def _train(
     grpo = GRPOConfig(
         group_size=t.group_size,
         advantage=t.advantage,
+        credit=t.credit,
+        credit_gamma=t.credit_gamma,
+        step_group_weight=t.step_group_weight,
         rollout=cfg.rollout,
         timeouts=t.timeouts,
         timeout_reward_cap=t.timeout_reward_cap,

@@ -1,0 +1,89 @@
+"""Credit per model turn: a step's episodes as `Turns`, a turn-level estimator
+(`tracerl.algos.turn_advantages`), and per-token advantages for the learner.
+
+Each model turn of an episode is one row: its episode, its index (turn order), the step's
+own reward (0 until per-step reward components exist: the outcome then carries all the
+credit), whether the step may carry gradient (not when its environment step failed), and
+its state: a hash of every token before the turn's policy tokens (the prompt, the earlier
+turns and the observations), so two episodes are in the same state exactly when everything
+they saw and did so far is identical. A turn's advantage goes on that turn's policy tokens
+only; every other token of the row gets 0 (and has loss mask 0 anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tracerl.algos.turn_advantages import Turns
+from tracerl.algos.turn_advantages import get as get_turn_advantage
+from tracerl.types import Source
+
+
+def _state_key(token_ids: Sequence[int]) -> int:
+    digest = hashlib.blake2b(repr(tuple(token_ids)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # a non-negative int64
+
+
+def episode_turns(episode: Any) -> list[dict[str, Any]]:
+    """The episode's model turns in order: (sample, segment index, token offset, step, state
+    key, eligible) for each policy segment."""
+    steps = {s["step"]: s for s in episode.steps}
+    turns = []
+    for k, t in enumerate(episode.trajectories):
+        offset = 0
+        for j, seg in enumerate(t.segments):
+            if seg.source is Source.POLICY:
+                record = steps.get(seg.step, {})
+                turns.append(
+                    {
+                        "sample": k,
+                        "segment": j,
+                        "offset": offset,
+                        "length": len(seg.token_ids),
+                        "step": seg.step,
+                        "state": _state_key(t.token_ids[:offset]),
+                        "eligible": not record.get("infra_error", False),
+                        "reward": float(record.get("step_reward", 0.0) or 0.0),
+                    }
+                )
+            offset += len(seg.token_ids)
+    return sorted(turns, key=lambda x: (x["step"], x["sample"]))
+
+
+def turn_level_advantages(
+    episodes: Sequence[Any],
+    rewards: Sequence[float],
+    group_B: torch.Tensor,
+    eligible: Sequence[bool],
+    estimator: str,
+    **params: Any,
+) -> list[list[list[float]]]:
+    """Per episode, per trajectory (sample): one advantage per token, the turn's on its
+    policy tokens, 0 elsewhere."""
+    rows: list[dict[str, Any]] = []
+    for i, e in enumerate(episodes):
+        for index, turn in enumerate(episode_turns(e)):
+            rows.append({**turn, "episode": i, "index": index})
+    turns = Turns(
+        episode_T=torch.tensor([r["episode"] for r in rows], dtype=torch.long),
+        index_T=torch.tensor([r["index"] for r in rows], dtype=torch.long),
+        reward_T=torch.tensor([r["reward"] for r in rows], dtype=torch.float32),
+        eligible_T=torch.tensor([r["eligible"] for r in rows], dtype=torch.bool),
+        state_T=torch.tensor([r["state"] for r in rows], dtype=torch.long),
+    )
+    adv_T = get_turn_advantage(estimator)(
+        turns,
+        torch.tensor(list(rewards), dtype=torch.float32),
+        group_B,
+        torch.tensor(list(eligible), dtype=torch.bool),
+        **params,
+    )
+    out = [[[0.0] * len(t) for t in e.trajectories] for e in episodes]
+    for r, a in zip(rows, adv_T.tolist(), strict=True):
+        row = out[r["episode"]][r["sample"]]
+        row[r["offset"] : r["offset"] + r["length"]] = [a] * r["length"]
+    return out
