@@ -85,6 +85,7 @@ def test_the_dashboard_shows_attribution_stops_components_and_facts(report):
         "episodes left out of the gradient",
         "groups with no signal",
         "Run facts",
+        "grpo, one per episode",  # the estimator that trained it
     ):
         assert heading in html, heading
     row = re.search(r"<td>environment</td><td class=num>([\d.]+)%", html)

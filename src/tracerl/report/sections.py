@@ -292,6 +292,17 @@ def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
 # ---- run facts -------------------------------------------------------------------------------
 
 
+def _advantage(trainer: dict[str, Any]) -> str:
+    """Which estimator trained the run, and how credit reached the turns."""
+    est, credit = trainer.get("advantage", "grpo"), trainer.get("credit", "episode")
+    if credit == "episode":
+        return f"{est}, one per episode"
+    extra = f", gamma {trainer.get('credit_gamma', 1.0)}"
+    if credit == "step_groups":
+        extra += f", step weight {trainer.get('step_group_weight', 1.0)}"
+    return f"{est}, per turn: {credit}{extra}"
+
+
 def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
     rc = d.episodes[-1].receipt if d.episodes else {}
     env = rc.get("env") or {}
@@ -324,6 +335,7 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
             ", ".join(f"{k} {v}" for k, v in (rc.get("tool_versions") or {}).items()),
         ],
         ["template sha256", str(rc.get("template_hash", ""))[:16]],
+        ["advantage", _advantage(d.config.get("trainer") or {})],
         ["first episode", min(starts) if starts else "–"],
         ["duration", duration],
         ["episodes", f"{len(d.episodes)} ({sum(e.phase == 'train' for e in d.episodes)} training)"],
