@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tracerl.report import facts as run_facts
 from tracerl.report import sections
 from tracerl.report.page import esc, page, table
 from tracerl.report.run import LEDGER_FILE, EpisodeRecord, RunData
@@ -245,7 +246,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
     d = RunData.load(run_dir)
     tri = triage(d.episodes, n_triage)
     linked: dict[int, EpisodeRecord] = {}
-    facts, cards = sections.facts(d)
+    facts, cards = run_facts.facts(d)
     episodes_html = sections.episode_links(d, tri, linked)
     triage_html = sections.triage_table(tri, linked)
     config = yaml.safe_dump(d.config, sort_keys=False) if d.config else "(no config.yaml)"
@@ -258,7 +259,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         f"<h1>tracerl run: {esc(d.run_dir.name)}</h1>"
         f'<p class="sub">{esc(facts[2][1])} on {esc(facts[3][1])} · report written {stamp} '
         "from the run directory alone</p>"
-        + sections.cards(d, cards)
+        + run_facts.cards(d, cards)
         + '<h2>Four curves, never on one axis</h2><div class="grid2">'
         + "".join(_curves(d))
         + "</div>"

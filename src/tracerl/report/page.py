@@ -132,6 +132,10 @@ class Raw(str):
     """HTML this module built itself (already escaped where it holds data)."""
 
 
+def num(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
 def pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 

@@ -1,13 +1,12 @@
 """The dashboard's tables: attribution, stop reasons, reward components, citations (when
-the run measured them) and latency, sample episodes, triage, run facts and the headline
-cards."""
+the run measured them) and latency, sample episodes and triage (the run facts and the
+headline cards: `tracerl.report.facts`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from tracerl.report.page import Raw, bar, esc, pct, table
+from tracerl.report.page import Raw, bar, esc, num, pct, table
 from tracerl.report.run import EpisodeRecord, RunData
 from tracerl.report.triage import BUCKETS, POLICY_KINDS, Triage
 from tracerl.report.viewer import page_name
@@ -118,9 +117,9 @@ def components(d: RunData) -> str:
             name,
             layer,
             pct(scored[name] / len(pool)),
-            _num(_mean(d.train, f"train/reward/{name}")),
-            _num(last.get(f"train/reward/{name}")),
-            _num(ev.get(f"eval/{split}/reward/{name}")),
+            num(_mean(d.train, f"train/reward/{name}")),
+            num(last.get(f"train/reward/{name}")),
+            num(ev.get(f"eval/{split}/reward/{name}")),
         ]
         for name, layer in layers.items()
     ]
@@ -136,10 +135,6 @@ def components(d: RunData) -> str:
         "behind a gate (such as exact match) is scored only where the gate opened, so read its "
         "mean beside its share.</p>"
     )
-
-
-def _num(v: float | None) -> str:
-    return "–" if v is None else f"{v:.3f}"
 
 
 SEARCH_ROWS = (("invalid citation rate", "invalid_citation_rate", pct),)
@@ -187,7 +182,7 @@ def quality(d: RunData) -> str:
         ],
         [
             "staleness (policy versions behind)",
-            _num(_mean(d.train, stale[0]))
+            num(_mean(d.train, stale[0]))
             if stale
             else "0 (synchronous: sampled by the policy being updated)",
             "–",
@@ -254,7 +249,7 @@ def episode_links(d: RunData, tri: Triage, linked: dict[int, EpisodeRecord]) -> 
         kinds = POLICY_KINDS if bucket == "policy" else sorted(tri.kinds(bucket))
         for kind in kinds:
             for e, v in tri.examples(bucket, kind, 1):
-                rows.append([f"{bucket}: {kind}", link(e), e.where, _num(e.total), v.why])
+                rows.append([f"{bucket}: {kind}", link(e), e.where, num(e.total), v.why])
     if not rows:
         return "<p>No episodes written yet.</p>"
     return table(["sample", "episode", "where", "reward", "why"], rows, {3})
@@ -286,131 +281,4 @@ def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:
         f"<p>The last {n} training episodes: {esc(summary)}. The same tables print with "
         "<code>tracerl triage RUN</code>.</p>"
         + table(["bucket", "kind", "episodes", "share", "examples"], rows, {2, 3})
-    )
-
-
-# ---- run facts -------------------------------------------------------------------------------
-
-
-def _advantage(trainer: dict[str, Any]) -> str:
-    """Which estimator trained the run, and how credit reached the turns."""
-    est, credit = trainer.get("advantage", "grpo"), trainer.get("credit", "episode")
-    if credit == "episode":
-        return f"{est}, one per episode"
-    extra = f", gamma {trainer.get('credit_gamma', 1.0)}"
-    if credit == "step_groups":
-        extra += f", step weight {trainer.get('step_group_weight', 1.0)}"
-    return f"{est}, per turn: {credit}{extra}"
-
-
-def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
-    rc = d.episodes[-1].receipt if d.episodes else {}
-    env = rc.get("env") or {}
-    planned = (d.config.get("trainer") or {}).get("steps")
-    done = len(d.train)
-    final_eval = any(r.get("step") == planned and r.get("phase") == "eval" for r in d.evals)
-    if not d.train and d.evals and all("phase" not in r for r in d.evals):
-        status = "evaluation only"
-    elif planned is not None and done >= planned and final_eval:
-        status = "finished"
-    else:
-        status = "running or stopped"
-    progress = status
-    if status != "evaluation only":
-        progress += f": {done} of {planned if planned is not None else '?'} RL steps"
-    starts = [e.receipt.get("started_at") for e in d.episodes if e.receipt.get("started_at")]
-    duration = _duration(d)
-    sampled = sum(
-        int(((e.receipt.get("ledger") or {}).get("used") or {}).get("sampled_tokens", 0))
-        for e in d.episodes
-    )
-    total = sum(len(t) for e in d.episodes for t in e.trajectories)
-    facts = [
-        ["run", d.run_dir.name],
-        ["status", progress],
-        ["model", rc.get("model_id", (d.config.get("model") or {}).get("spec", "–"))],
-        ["environment", f"{env.get('name', '–')} {env.get('version', '')}"],
-        [
-            "tool versions",
-            ", ".join(f"{k} {v}" for k, v in (rc.get("tool_versions") or {}).items()),
-        ],
-        ["template sha256", str(rc.get("template_hash", ""))[:16]],
-        ["advantage", _advantage(d.config.get("trainer") or {})],
-        ["first episode", min(starts) if starts else "–"],
-        ["duration", duration],
-        ["episodes", f"{len(d.episodes)} ({sum(e.phase == 'train' for e in d.episodes)} training)"],
-        ["tokens", f"{total:,} in episodes, {sampled:,} sampled by the policy"],
-    ]
-    cards = {
-        "status": progress,
-        "duration": duration,
-    }
-    return facts, cards
-
-
-def _duration(d: RunData) -> str:
-    secs = sum(float(r.get("time/step_s", 0.0)) for r in d.train) + sum(
-        float(r.get("time/warm_start_s", 0.0)) for r in d.other
-    )
-    stamps = []
-    for e in d.episodes:
-        start = e.receipt.get("started_at")
-        if start:
-            t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
-            stamps += [t0.timestamp(), t0.timestamp() + float(e.receipt.get("wall_time_s") or 0)]
-    wall = max(stamps) - min(stamps) if stamps else 0.0
-    return f"{max(wall, secs) / 60:.1f} min (first to last episode)"
-
-
-def cards(d: RunData, run_card: dict[str, str]) -> str:
-    split = d.eval_split
-    key = f"eval/{split}/success_rate"
-    evs = [r for r in d.evals if key in r]
-    warm = [r for r in evs if r.get("stage") == "warm_start"][-1:]
-    shown = evs[:1] + warm + [r for r in evs[-1:] if r not in evs[:1] + warm]
-    path = " → ".join(f"{100 * r[key]:.0f}%" for r in shown) or "–"
-    stages = " → ".join(
-        f"{r.get('stage', '')}" + (f" {r['step']}" if r.get("stage") == "train" else "")
-        for r in shown
-    )
-    reward = [r["train/reward_mean"] for r in d.train if "train/reward_mean" in r]
-    last = d.train[-1] if d.train else {}
-    items = [
-        ("held-out success", path, f"{split}: {stages}"),
-        (
-            "training reward",
-            f"{reward[0]:.2f} → {reward[-1]:.2f}" if reward else "–",
-            "first → last step",
-        ),
-        (
-            "tool calls per episode",
-            _num(last.get("cost/tool_calls_mean")),
-            f"latency {_num((last.get('cost/tool_latency_ms_mean') or 0) / 1000)} s per episode",
-        ),
-        (
-            "constraint violations",
-            pct(last.get("train/constraint_violation_rate")),
-            "of the last step's episodes",
-        ),
-        (
-            "not the policy's fault",
-            pct(
-                (last.get("attribution/episodes_environment") or 0.0)
-                + (last.get("attribution/episodes_evaluator") or 0.0)
-                + (last.get("attribution/episodes_unknown") or 0.0)
-                if last
-                else None
-            ),
-            "environment, evaluator or unknown (last step)",
-        ),
-        ("run", run_card["status"], run_card["duration"]),
-    ]
-    return (
-        '<div class="cards">'
-        + "".join(
-            f'<div class="card"><div class="label">{esc(a)}</div><div class="value">{esc(b)}</div>'
-            f'<div class="detail">{esc(c)}</div></div>'
-            for a, b, c in items
-        )
-        + "</div>"
     )
