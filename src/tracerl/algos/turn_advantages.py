@@ -115,15 +115,19 @@ def _loo(
     values_T: torch.Tensor, usable_T: torch.Tensor, key_T: torch.Tensor, episode_T: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per turn: the mean of `values_T` over usable turns with the same key from *other*
-    episodes, and how many there were (0: no baseline)."""
-    base = torch.zeros_like(values_T)
-    count = torch.zeros_like(values_T)
-    for row in usable_T.nonzero().flatten():
-        peers = usable_T & (key_T == key_T[row]) & (episode_T != episode_T[row])
-        n = int(peers.sum())
-        count[row] = n
-        if n:
-            base[row] = values_T[peers].mean()
+    episodes, and how many there were (0: no baseline). Sums per key, minus the turn's own
+    episode's share of them: one pass, however many turns."""
+    use = usable_T.to(values_T.dtype)
+    by_key, by_own = key_T, _ids(key_T, episode_T)
+
+    def totals(ids: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        n = int(ids.max()) + 1 if ids.numel() else 0
+        return torch.zeros(n, dtype=v.dtype).index_add_(0, ids, v)[ids]
+
+    count = totals(by_key, use) - totals(by_own, use)
+    total = totals(by_key, values_T * use) - totals(by_own, values_T * use)
+    count = torch.where(usable_T, count, torch.zeros_like(count))
+    base = torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total))
     return base, count
 
 

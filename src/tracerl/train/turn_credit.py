@@ -23,33 +23,30 @@ from tracerl.algos.turn_advantages import get as get_turn_advantage
 from tracerl.types import Source
 
 
-def _state_key(token_ids: Sequence[int]) -> int:
-    digest = hashlib.blake2b(repr(tuple(token_ids)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # a non-negative int64
-
-
 def episode_turns(episode: Any) -> list[dict[str, Any]]:
-    """The episode's model turns in order: (sample, segment index, token offset, step, state
-    key, eligible) for each policy segment."""
+    """The episode's model turns in order: sample, token offset and length, step, state key
+    and eligibility of each policy segment. The state key hashes every token before the
+    turn (one running hash per sample, not a rehash of each prefix)."""
     steps = {s["step"]: s for s in episode.steps}
     turns = []
     for k, t in enumerate(episode.trajectories):
-        offset = 0
-        for j, seg in enumerate(t.segments):
+        offset, history = 0, hashlib.blake2b(digest_size=8)
+        for seg in t.segments:
             if seg.source is Source.POLICY:
                 record = steps.get(seg.step, {})
                 turns.append(
                     {
                         "sample": k,
-                        "segment": j,
                         "offset": offset,
                         "length": len(seg.token_ids),
                         "step": seg.step,
-                        "state": _state_key(t.token_ids[:offset]),
+                        # a non-negative int64
+                        "state": int.from_bytes(history.copy().digest(), "big") >> 1,
                         "eligible": not record.get("infra_error", False),
                         "reward": float(record.get("step_reward", 0.0) or 0.0),
                     }
                 )
+            history.update(b"".join(i.to_bytes(4, "little") for i in seg.token_ids))
             offset += len(seg.token_ids)
     return sorted(turns, key=lambda x: (x["step"], x["sample"]))
 
