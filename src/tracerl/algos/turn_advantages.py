@@ -7,7 +7,8 @@ A batch holds B episodes in groups (the episodes of one task); episode ``i`` has
 episode, its index, the step's own reward (per-step process components: evidence gained,
 a valid call, a cost; 0 when none), whether the turn may carry gradient (a turn whose
 environment step failed may not), and a key of the state it acted from (a hash of the
-observation history before it). `outcome_B` is each episode's outcome reward,
+observation history before it). `outcome_B` is each episode's outcome reward (what
+it earned beyond its turns' own rewards; the whole reward when there are none),
 `eligible_B` whether the episode may enter the gradient at all.
 
 A turn's advantage applies to that turn's policy tokens only. Ineligible turns, and every
@@ -97,6 +98,16 @@ def returns_to_go(turns: Turns, outcome_B: torch.Tensor, gamma: float = 1.0) -> 
     return out
 
 
+def episode_returns(turns: Turns, outcome_B: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Each episode's whole return, ``G[i, 0]`` (its outcome when it has no turns): what
+    the episode-level estimators compare, so per-step rewards count there too."""
+    out = outcome_B.float().clone()
+    g = returns_to_go(turns, outcome_B, gamma)
+    first = turns.index_T == 0
+    out[turns.episode_T[first]] = g[first]
+    return out
+
+
 def _usable(turns: Turns, eligible_B: torch.Tensor) -> torch.Tensor:
     """Turns that may carry gradient and be baseline samples."""
     return turns.eligible_T.bool() & eligible_B.bool()[turns.episode_T]
@@ -139,9 +150,10 @@ def outcome(
     eligible_B: torch.Tensor,
     base: str = "grpo",
 ) -> torch.Tensor:
-    """Outcome broadcast (what every episode got before per-turn credit): the episode's
-    outcome advantage (`tracerl.algos.advantages`, `base`) on each of its usable turns."""
-    adv_B = get_outcome(base)(outcome_B, group_B, eligible_B)
+    """Outcome broadcast (what every episode got before per-turn credit): the advantage
+    (`tracerl.algos.advantages`, `base`) of the episode's whole return (outcome plus its
+    turns' own rewards) on each of its usable turns."""
+    adv_B = get_outcome(base)(episode_returns(turns, outcome_B), group_B, eligible_B)
     usable = _usable(turns, eligible_B)
     return torch.where(usable, adv_B[turns.episode_T], torch.zeros_like(turns.reward_T.float()))
 
@@ -180,8 +192,8 @@ def step_groups(
     base: str = "rloo",
 ) -> torch.Tensor:
     """Step groups in the manner of GiGPO (Feng et al. 2025, arXiv:2505.10978): the
-    episode's outcome advantage plus a step advantage among turns of the same group that
-    acted from the same state::
+    advantage of the episode's whole return plus a step advantage among turns of the same
+    group that acted from the same state::
 
         A[i, t] = A_episode[i]  +  omega * (G[i, t] - mean { G[j, s] : j != i, same group,
                                                              state[j, s] == state[i, t] })
@@ -195,7 +207,7 @@ def step_groups(
         raise ValueError("step_groups needs each turn's state key (Turns.state_T)")
     g = returns_to_go(turns, outcome_B, gamma)
     usable = _usable(turns, eligible_B)
-    adv_B = get_outcome(base)(outcome_B, group_B, eligible_B)
+    adv_B = get_outcome(base)(episode_returns(turns, outcome_B, gamma), group_B, eligible_B)
     # the same state in two groups (two tasks) is not the same state
     key = _ids(group_B[turns.episode_T], turns.state_T)
     step_base, count = _loo(g, usable, key, turns.episode_T)

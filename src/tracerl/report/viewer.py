@@ -81,6 +81,7 @@ def agent_text(receipt: dict[str, Any]) -> str | None:
 
 def _steps_table(ep: EpisodeRecord) -> str:
     events = {e.get("step"): e for e in (ep.receipt.get("ledger") or {}).get("events", [])}
+    earned = _step_rewards(ep)
     rows = []
     for s in ep.steps:
         k = s.get("step")
@@ -93,27 +94,37 @@ def _steps_table(ep: EpisodeRecord) -> str:
                 observation_text(s),
                 f"{ev.get('cost_ms', s.get('latency_ms', 0.0)) or 0.0:.1f}",
                 f"{s.get('evidence_gain', ev.get('evidence_gain', 0.0)) or 0.0:.2f}",
+                *([_step_reward_cell(earned.get(k, {}))] if earned else []),
                 s.get("tokens", ""),
                 s.get("exception") or "",
                 max(0, len(s.get("attempts") or []) - 1),
                 _tag(owner + " error", "bad" if owner == "policy" else "env") if owner else "",
             ]
         )
-    return table(
-        [
-            "step",
-            "action",
-            "observation",
-            "cost ms",
-            "evidence gain",
-            "tokens",
-            "exception",
-            "retries",
-            "fault",
-        ],
-        rows,
-        num={0, 3, 4, 5, 7},
-    )
+    head = ["step", "action", "observation", "cost ms", "evidence gain"]
+    head += ["step reward"] if earned else []
+    head += ["tokens", "exception", "retries", "fault"]
+    shift = 1 if earned else 0
+    return table(head, rows, num={0, 3, 4, 5 + shift, 7 + shift})
+
+
+def _step_rewards(ep: EpisodeRecord) -> dict[Any, dict[str, float]]:
+    """Per step: what each per-step reward component paid it (from the episode's reward
+    breakdown; empty when no component was scored per step)."""
+    r = ep.trajectories[0].reward if ep.trajectories else None
+    out: dict[Any, dict[str, float]] = {}
+    for c in (r or {}).get("components", []):
+        for s in c.get("steps") or []:
+            out.setdefault(s["step"], {})[c["name"]] = s["contribution"]
+    return out
+
+
+def _step_reward_cell(by: dict[str, float]) -> str:
+    """The step's own reward, then each component's share: ``0.20 (gain 0.20, cost -0.02)``."""
+    if not by:
+        return ""
+    parts = ", ".join(f"{name} {v:+.2f}" for name, v in by.items())
+    return f"{sum(by.values()):.2f} ({parts})"
 
 
 def _reward_table(ep: EpisodeRecord) -> str:
@@ -123,6 +134,8 @@ def _reward_table(ep: EpisodeRecord) -> str:
     rows = []
     for c in r["components"]:
         state = "gated" if c.get("gated") else "undecided" if not c.get("decided", True) else ""
+        if c.get("steps") is not None:  # scored per step: its shares are in the step table
+            state = ", ".join(x for x in (state, f"per step ({len(c['steps'])})") if x)
         evidence = json.dumps(c.get("evidence") or {}, ensure_ascii=False, indent=None)
         rows.append(
             [

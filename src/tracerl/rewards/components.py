@@ -71,9 +71,11 @@ def citations_valid(ctx: RewardContext, require: bool = True) -> Score:
 
 @component("valid_calls")
 def valid_calls(ctx: RewardContext) -> Score:
-    """Process: the share of tool calls that were well-formed and permitted."""
-    calls = [c for s in ctx.steps for c in s.get("calls", [])]
-    parse_errors = sum(1 for s in ctx.steps if (s.get("fault") or {}).get("kind") == "parse_error")
+    """Process: the share of tool calls that were well-formed and permitted (per step: of
+    that step's calls; 1.0 for a step without any)."""
+    steps = ctx.scoped_steps
+    calls = [c for s in steps for c in s.get("calls", [])]
+    parse_errors = sum(1 for s in steps if (s.get("fault") or {}).get("kind") == "parse_error")
     bad = sum(c["policy_error"] for c in calls) + parse_errors
     n = len(calls) + parse_errors
     return Score(1.0 - bad / n if n else 1.0, {"calls": len(calls), "bad": bad})
@@ -84,7 +86,7 @@ def no_forbidden(ctx: RewardContext) -> Score:
     """Constraint: no forbidden tool or action was attempted."""
     forbidden = [
         c["action"]["tool"]
-        for s in ctx.steps
+        for s in ctx.scoped_steps
         for c in s.get("calls", [])
         if c["observation"]["status"] == "forbidden_tool"
     ]
@@ -94,8 +96,18 @@ def no_forbidden(ctx: RewardContext) -> Score:
 @component("search_cost")
 def search_cost(ctx: RewardContext, per_search: float = 0.02, tool: str = "search") -> Score:
     """Cost: minus `per_search` per call of `tool` (cap it in the spec)."""
-    n = sum(1 for s in ctx.steps for c in s.get("calls", []) if c["action"]["tool"] == tool)
+    n = sum(1 for s in ctx.scoped_steps for c in s.get("calls", []) if c["action"]["tool"] == tool)
     return Score(-per_search * n, {"searches": n})
+
+
+@component("evidence_gain")
+def evidence_gain(ctx: RewardContext) -> Score:
+    """Process: the evidence the steps gained, as the environment judges it (the search
+    environment: the share of the task's gold documents a step surfaced for the first time;
+    a repeated or useless search gains 0). Per step, a turn's own contribution to finding
+    what the answer needs; per episode, the share found in all."""
+    gains = [float(s.get("evidence_gain") or 0.0) for s in ctx.scoped_steps]
+    return Score(sum(gains), {"gains": gains} if ctx.step is None else {})
 
 
 @component("attribution_label")

@@ -12,22 +12,38 @@ is below it: every later component is kept but not scored (``gated``), so credit
 signals cannot be earned without the outcome they serve. ``cap`` bounds the magnitude of a
 component's contribution (cost may never outweigh finishing the task).
 
+A component is scored once per episode (``per: episode``, the default: outcomes,
+constraints, anything about the whole) or once per environment step (``per: step``:
+process rewards such as the evidence a search gained or a malformed call). A per-step
+function sees the step as ``ctx.step``; the component's value is the sum over steps, its
+contribution the sum of theirs (a cap bounds the sum, and scales every step's share alike),
+and each step's share is recorded (`tracerl.types.StepScore`) so turn-level credit can pay
+it to the turn that earned it. A gate is an episode's verdict: it cannot be per step.
+
 A component function raising is an evaluator error: the breakdown is attributed to the
 evaluator, undecided, and ineligible for the gradient. It never scores 0 silently.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tracerl.types import Attribution, Layer, RewardBreakdown, RewardComponent, Trajectory
+from tracerl.types import (
+    Attribution,
+    Layer,
+    RewardBreakdown,
+    RewardComponent,
+    StepScore,
+    Trajectory,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,13 @@ class RewardContext:
     ledger: dict[str, Any] = field(default_factory=dict)
     trajectories: Sequence[Trajectory] = ()
     """The episode's samples (token ids, masks, segments with their text)."""
+    step: dict[str, Any] | None = None
+    """For a per-step component: the step being scored (one of `steps`); None otherwise."""
+
+    @property
+    def scoped_steps(self) -> list[dict[str, Any]]:
+        """The steps a component judges: the one being scored (per step), else all."""
+        return [self.step] if self.step is not None else list(self.steps)
 
     @property
     def answer_text(self) -> str:
@@ -130,6 +153,24 @@ class ComponentSpec(BaseModel):
     """Bound on |value x weight|."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the function: ``fn(ctx, **params)``."""
+    per: Literal["episode", "step"] = "episode"
+    """``episode``: scored once, on the whole episode. ``step``: scored on every
+    environment step (``ctx.step``), a process reward each step earns on its own; turn-level
+    credit (``trainer.credit``) pays it to that step's turn. Its value is the steps' sum."""
+
+    @model_validator(mode="after")
+    def _per_step_is_process(self) -> ComponentSpec:
+        if self.per == "step" and self.gate is not None:
+            raise ValueError(
+                f"component {self.name!r}: a gate decides the whole episode, so it cannot be "
+                "scored per step; drop gate, or use per: episode"
+            )
+        if self.per == "step" and self.layer is Layer.OUTCOME:
+            raise ValueError(
+                f"component {self.name!r}: an outcome (was the task done) is the episode's; "
+                "score it per: episode, or give the per-step signal layer: process or cost"
+            )
+        return self
 
 
 class RewardSpec(BaseModel):
@@ -178,13 +219,10 @@ def compose(
             out.append(RewardComponent(c.name, c.layer, 0.0, c.weight, 0.0, gated=True))
             continue
         try:
-            score = functions[c.fn](ctx, **c.params)
-            if not isinstance(score, Score):
-                raise TypeError(f"returned {type(score).__name__}, not a Score")
-            if not math.isfinite(score.value):
-                raise ValueError(f"scored {score.value} (not a finite number)")
+            score, steps = _score(c, ctx, functions[c.fn])
         except Exception as e:  # the evaluator's fault, never the policy's
-            error = f"{c.name}: {type(e).__name__}: {e}"
+            where, e = (f" (step {e.step})", e.error) if isinstance(e, _StepFailed) else ("", e)
+            error = f"{c.name}{where}: {type(e).__name__}: {e}"
             failed = RewardComponent(
                 c.name, c.layer, 0.0, c.weight, 0.0, {"error": error}, decided=False
             )
@@ -194,16 +232,71 @@ def compose(
             ]
             # every component stays listed, so readers of the breakdown never miss a name
             return RewardBreakdown((*out, failed, *rest), 0.0, Attribution.EVALUATOR, False, error)
-        contribution = score.value * c.weight if score.decided else 0.0
-        if c.cap is not None:
-            contribution = max(-c.cap, min(c.cap, contribution))
-        out.append(
-            RewardComponent(
-                c.name, c.layer, score.value, c.weight, contribution, score.evidence, score.decided
-            )
-        )
+        out.append(_weigh(c, score, steps))
         decided = decided and score.decided
         if c.gate is not None and (not score.decided or score.value < c.gate):
             gate_open = False
     total = sum(x.contribution for x in out)
     return RewardBreakdown(tuple(out), total, ctx.attribution, decided)
+
+
+class _StepFailed(Exception):
+    def __init__(self, step: Any, error: Exception) -> None:
+        super().__init__(step, error)
+        self.step, self.error = step, error
+
+
+def _checked(score: Any) -> Score:
+    if not isinstance(score, Score):
+        raise TypeError(f"returned {type(score).__name__}, not a Score")
+    if not math.isfinite(score.value):
+        raise ValueError(f"scored {score.value} (not a finite number)")
+    return score
+
+
+def _score(
+    c: ComponentSpec, ctx: RewardContext, fn: ComponentFn
+) -> tuple[Score, list[tuple[int, Score]] | None]:
+    """The component's score, and for a per-step one each step's (the value is their sum;
+    one undecided step leaves the component undecided)."""
+    if c.per == "episode":
+        return _checked(fn(ctx, **c.params)), None
+    steps = []
+    for record in ctx.steps:
+        try:
+            score = _checked(fn(dataclasses.replace(ctx, step=record), **c.params))
+        except Exception as e:
+            raise _StepFailed(record.get("step"), e) from e
+        steps.append((int(record.get("step", len(steps))), score))
+    total = Score(
+        sum(s.value for _, s in steps),
+        {"steps": len(steps)},
+        all(s.decided for _, s in steps),
+    )
+    return total, steps
+
+
+def _weigh(
+    c: ComponentSpec, score: Score, steps: list[tuple[int, Score]] | None
+) -> RewardComponent:
+    """value x weight, capped (for a per-step component: the sum of the steps' shares,
+    each scaled alike when the cap bites); 0 when undecided."""
+    raw = score.value * c.weight if score.decided else 0.0
+    contribution = raw if c.cap is None else max(-c.cap, min(c.cap, raw))
+    per_step = None
+    if steps is not None:
+        scale = contribution / raw if raw else 0.0
+        per_step = tuple(
+            StepScore(k, s.value, s.value * c.weight * scale if score.decided else 0.0, s.evidence)
+            for k, s in steps
+        )
+    return RewardComponent(
+        c.name,
+        c.layer,
+        score.value,
+        c.weight,
+        contribution,
+        score.evidence,
+        score.decided,
+        steps=per_step,
+    )

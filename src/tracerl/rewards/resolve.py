@@ -16,10 +16,11 @@ none configured is a configuration error, never a borrowed reward.
 A user's function is called with what its parameters ask for, by name (as `verifiers` and
 TRL pass dataset columns): ``ctx`` (the `RewardContext`), ``task``, ``completion`` (the final
 answer's text), ``final_answer`` (its dict), ``steps``, ``stop_reason``, ``info`` (the last
-step's), ``trajectories``, ``ledger``, the component's ``params``, and any field of the task
-(``answer``, ``target``...). It returns a number (1.0 or more is a success), a `Score`, a
-``(value, evidence)`` pair, or None when it cannot decide (the episode then waits for a
-person and never trains on a guess). Raising is the evaluator's fault, never the policy's.
+step's), ``trajectories``, ``ledger``, ``step`` (the step a ``per: step`` component is
+scoring), the component's ``params``, and any field of the task (``answer``, ``target``...).
+It returns a number (1.0 or more is a success), a `Score`, a ``(value, evidence)`` pair, or
+None when it cannot decide (the episode then waits for a person and never trains on a
+guess). Raising is the evaluator's fault, never the policy's.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ PASSED = (
     "info",
     "trajectories",
     "ledger",
+    "step",
 )
-"""What a user's reward function may ask for by name (besides the task's fields)."""
+"""What a user's reward function may ask for by name (besides the task's fields); ``step``
+is the step being scored by a ``per: step`` component (None for ``per: episode``)."""
 ATTRIBUTION = {"name": "attribution", "fn": "attribution_label", "layer": "attribution"}
 OWN_METHODS = ("reward", "score")
 
@@ -214,7 +217,7 @@ def _spec(source: Any, where: str) -> RewardSpec:
         raise UserError(
             f"{where}: {loc}: {err['msg']} (got {err.get('input')!r})",
             "each component needs name, fn and layer (outcome, constraint, process, cost, "
-            "attribution); optional weight, gate, cap, params",
+            "attribution); optional weight, gate, cap, params, per (episode or step)",
         ) from None
 
 
@@ -345,6 +348,7 @@ def _passed(ctx: RewardContext) -> dict[str, Any]:
         "info": ctx.info,
         "trajectories": ctx.trajectories,
         "ledger": ctx.ledger,
+        "step": ctx.step,
     }
 
 

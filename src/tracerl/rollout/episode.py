@@ -69,7 +69,24 @@ def score_episode(episode: Episode, score: ScoreFn) -> Episode:
         )
     episode.reward = reward
     d = reward.to_dict()
-    episode.trajectories = [dataclasses.replace(t, reward=d) for t in episode.trajectories]
+    per_step = reward.step_components()
+
+    def mark(steps: Any) -> tuple[dict[str, Any], ...]:
+        """Each step record with its own reward (``step_reward``, and by component in
+        ``step_rewards``) when per-step components scored it."""
+        return tuple(
+            {**s, "step_reward": sum(by.values()), "step_rewards": by}
+            if (by := per_step.get(s.get("step"))) is not None
+            else s
+            for s in steps
+        )
+
+    episode.trajectories = [
+        dataclasses.replace(t, reward=d, steps=mark(t.steps) if per_step else t.steps)
+        for t in episode.trajectories
+    ]
+    if per_step:
+        episode.steps = list(mark(episode.steps))
     return episode
 
 

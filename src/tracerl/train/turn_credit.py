@@ -2,12 +2,17 @@
 (`tracerl.algos.turn_advantages`), and per-token advantages for the learner.
 
 Each model turn of an episode is one row: its episode, its index (turn order), the step's
-own reward (0 until per-step reward components exist: the outcome then carries all the
-credit), whether the step may carry gradient (not when its environment step failed), and
-its state: a hash of every token before the turn's policy tokens (the prompt, the earlier
-turns and the observations), so two episodes are in the same state exactly when everything
-they saw and did so far is identical. A turn's advantage goes on that turn's policy tokens
-only; every other token of the row gets 0 (and has loss mask 0 anyway).
+own reward (what ``per: step`` reward components paid it, recorded on the step as
+``step_reward``; 0 without any), whether the step may carry gradient (not when its
+environment step failed), and its state: a hash of every token before the turn's policy
+tokens (the prompt, the earlier turns and the observations), so two episodes are in the
+same state exactly when everything they saw and did so far is identical. A turn's advantage
+goes on that turn's policy tokens only; every other token of the row gets 0 (and has loss
+mask 0 anyway).
+
+The estimator's outcome of an episode is its reward minus what its turns were paid per
+step, so that with no discount a turn's return from the first turn is the episode's whole
+reward, nothing counted twice.
 """
 
 from __future__ import annotations
@@ -28,12 +33,16 @@ def episode_turns(episode: Any) -> list[dict[str, Any]]:
     and eligibility of each policy segment. The state key hashes every token before the
     turn (one running hash per sample, not a rehash of each prefix)."""
     steps = {s["step"]: s for s in episode.steps}
-    turns = []
+    turns, paid = [], set()
     for k, t in enumerate(episode.trajectories):
         offset, history = 0, hashlib.blake2b(digest_size=8)
         for seg in t.segments:
             if seg.source is Source.POLICY:
                 record = steps.get(seg.step, {})
+                # a step's reward is paid once, to its first turn (a step sampled twice:
+                # a harness that rewrote its history)
+                first = seg.step not in paid
+                paid.add(seg.step)
                 turns.append(
                     {
                         "sample": k,
@@ -43,7 +52,7 @@ def episode_turns(episode: Any) -> list[dict[str, Any]]:
                         # a non-negative int64
                         "state": int.from_bytes(history.copy().digest(), "big") >> 1,
                         "eligible": not record.get("infra_error", False),
-                        "reward": float(record.get("step_reward", 0.0) or 0.0),
+                        "reward": float(record.get("step_reward") or 0.0) if first else 0.0,
                     }
                 )
             history.update(b"".join(i.to_bytes(4, "little") for i in seg.token_ids))
@@ -62,9 +71,11 @@ def turn_level_advantages(
     """Per episode, per trajectory (sample): one advantage per token, the turn's on its
     policy tokens, 0 elsewhere."""
     rows: list[dict[str, Any]] = []
+    outcome = [float(r) for r in rewards]
     for i, e in enumerate(episodes):
         for index, turn in enumerate(episode_turns(e)):
             rows.append({**turn, "episode": i, "index": index})
+            outcome[i] -= turn["reward"]
     turns = Turns(
         episode_T=torch.tensor([r["episode"] for r in rows], dtype=torch.long),
         index_T=torch.tensor([r["index"] for r in rows], dtype=torch.long),
@@ -74,7 +85,7 @@ def turn_level_advantages(
     )
     adv_T = get_turn_advantage(estimator)(
         turns,
-        torch.tensor(list(rewards), dtype=torch.float32),
+        torch.tensor(outcome, dtype=torch.float32),
         group_B,
         torch.tensor(list(eligible), dtype=torch.bool),
         **params,

@@ -6,7 +6,7 @@ how an episode ended and whose fault a failure was (`StopReason`, `Attribution`,
 """
 
 from tracerl.types.episode import Attribution, Fault, FaultKind, Receipt, StopReason
-from tracerl.types.reward import Layer, RewardBreakdown, RewardComponent
+from tracerl.types.reward import Layer, RewardBreakdown, RewardComponent, StepScore
 from tracerl.types.trajectory import (
     SCHEMA,
     Segment,
@@ -27,6 +27,7 @@ __all__ = [
     "RewardComponent",
     "Segment",
     "Source",
+    "StepScore",
     "StopReason",
     "ToolCall",
     "Trajectory",

@@ -5,6 +5,11 @@ evidence it was computed from; a component behind a failed gate is kept (marked 
 contributing nothing) so the breakdown always shows what was and was not scored. A reward
 that could not be decided (a verifier crashed, or nothing could tell) says so: it is never
 a silent 0.
+
+A component scored per step (process reward: ``per: step`` in the spec) also keeps what
+each environment step earned (`StepScore`): its value is their sum, its contribution theirs,
+and `RewardBreakdown.step_rewards` gives each step its own reward, the part of the total
+that turn-level credit pays to that step's turn.
 """
 
 from __future__ import annotations
@@ -25,6 +30,20 @@ class Layer(StrEnum):
 
 
 @dataclass(frozen=True)
+class StepScore:
+    """What one environment step earned from a per-step component."""
+
+    step: int
+    value: float
+    contribution: float  # its share of the component's contribution
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"step": self.step, "value": self.value, "contribution": self.contribution}
+        return d | ({"evidence": self.evidence} if self.evidence else {})
+
+
+@dataclass(frozen=True)
 class RewardComponent:
     name: str
     layer: Layer
@@ -34,9 +53,11 @@ class RewardComponent:
     evidence: dict[str, Any] = field(default_factory=dict)
     decided: bool = True
     gated: bool = False  # not scored: an earlier gate failed
+    steps: tuple[StepScore, ...] | None = None
+    """A per-step component's score of each step (None: scored per episode)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name,
             "layer": self.layer.value,
             "value": self.value,
@@ -46,6 +67,9 @@ class RewardComponent:
             "decided": self.decided,
             "gated": self.gated,
         }
+        if self.steps is not None:
+            d["steps"] = [s.to_dict() for s in self.steps]
+        return d
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,24 @@ class RewardBreakdown:
             if c.name == name:
                 return c
         raise KeyError(f"no reward component {name!r}; have {[c.name for c in self.components]}")
+
+    def step_rewards(self) -> dict[int, float]:
+        """Each step's own reward: the sum of the per-step components' contributions to it
+        (steps no per-step component scored are absent). The rest of the total is the
+        episode's outcome part."""
+        out: dict[int, float] = {}
+        for c in self.components:
+            for s in c.steps or ():
+                out[s.step] = out.get(s.step, 0.0) + s.contribution
+        return out
+
+    def step_components(self) -> dict[int, dict[str, float]]:
+        """Per step: each per-step component's contribution to it, by component name."""
+        out: dict[int, dict[str, float]] = {}
+        for c in self.components:
+            for s in c.steps or ():
+                out.setdefault(s.step, {})[c.name] = s.contribution
+        return out
 
     def metrics(self) -> dict[str, float]:
         """``reward/<component>`` per scored component, and ``reward/total``."""
@@ -107,6 +149,12 @@ class RewardBreakdown:
                 c.get("evidence") or {},
                 c.get("decided", True),
                 c.get("gated", False),
+                None
+                if c.get("steps") is None
+                else tuple(
+                    StepScore(x["step"], x["value"], x["contribution"], x.get("evidence") or {})
+                    for x in c["steps"]
+                ),
             )
             for c in d["components"]
         )
