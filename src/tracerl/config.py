@@ -136,6 +136,16 @@ class StalenessLR(_Config):
     """``exponential``: the factor kept per version of staleness (1: no slowdown)."""
 
 
+class DynamicSamplingConfig(_Config):
+    """Groups without signal are replaced (`tracerl.train.dynamic_sampling`; DAPO)."""
+
+    max_rounds: int = Field(3, ge=2)
+    """Sampling rounds per step, the first included: the cap on resampling (veRL's
+    ``max_num_gen_batches``). After it the step trains on the informative groups it has."""
+    max_oversample: float = Field(2.0, ge=1)
+    """A replacement round draws at most this many times `env.tasks_per_step` groups."""
+
+
 class RolloutBackendConfig(_Config):
     """Where episodes run (`tracerl.rollout.ray_workers`)."""
 
@@ -200,6 +210,13 @@ class TrainerConfig(_Config):
     """``turn_returns``, ``step_groups``: the discount of later rewards in a turn's return."""
     step_group_weight: float = Field(1.0, ge=0)
     """``step_groups``: the weight of the step advantage beside the episode's."""
+    dynamic_sampling: DynamicSamplingConfig | None = None
+    """No step without signal (DAPO's dynamic sampling): a group whose advantages are all
+    zero (its eligible rewards all equal) is left out of the update and a replacement task
+    is sampled, until the step has `env.tasks_per_step` informative groups or
+    ``max_rounds`` rounds were sampled. Every sampled group is written and counted
+    (``train/zero_signal_group_rate``, ``train/resampled_groups``). None: off (a
+    zero-signal group then costs its sampling and teaches nothing)."""
     reward: str | None = None
     """How episodes are scored. None: the environment's own verifier (its ``reward`` method
     or ``reward_components``); a built-in (``search``, ``arithmetic``, ``coderepair``); an

@@ -21,6 +21,14 @@ def _advantage(trainer: dict[str, Any]) -> str:
     return f"{est}, per turn: {credit}{extra}"
 
 
+def _sampling(trainer: dict[str, Any]) -> str:
+    """Whether groups without signal were replaced (dynamic sampling), and its cap."""
+    ds = trainer.get("dynamic_sampling")
+    if not ds:
+        return "every sampled group trained on"
+    return f"dynamic: groups without signal replaced, up to {ds.get('max_rounds', 3)} rounds a step"
+
+
 def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
     rc = d.episodes[-1].receipt if d.episodes else {}
     env = rc.get("env") or {}
@@ -54,6 +62,7 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
         ],
         ["template sha256", str(rc.get("template_hash", ""))[:16]],
         ["advantage", _advantage(d.config.get("trainer") or {})],
+        ["sampling", _sampling(d.config.get("trainer") or {})],
         ["first episode", min(starts) if starts else "–"],
         ["duration", duration],
         ["episodes", f"{len(d.episodes)} ({sum(e.phase == 'train' for e in d.episodes)} training)"],

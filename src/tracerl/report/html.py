@@ -149,10 +149,12 @@ def _async_usage(d: RunData) -> str:
     sampled = {e.episode_id for e in d.episodes if e.phase == "train"}
     trained = {i for r in d.ledger.values() for i in r.get("trained", [])}
     dropped = {i for r in d.ledger.values() for i in r.get("dropped_stale", [])} - trained
-    unused = sampled - trained - dropped
+    aside = {i for r in d.ledger.values() for i in r.get("filtered", [])} - trained - dropped
+    unused = sampled - trained - dropped - aside
+    filtered = f", {len(aside)} set aside without signal (dynamic sampling)" if aside else ""
     return (
         f'<p class="sub">Of {len(sampled)} training episodes sampled, {len(trained)} were '
-        f"trained on, {len(dropped)} dropped as too stale and {len(unused)} never used "
+        f"trained on, {len(dropped)} dropped as too stale{filtered} and {len(unused)} never used "
         "(sampled past the last step, or still waiting for the learner when the run ended); "
         f"the run directory's <code>{LEDGER_FILE}</code> lists them by step.</p>"
     )

@@ -45,8 +45,9 @@ def metric_rows(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def read_ledger(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """An asynchronous run's ledger (``async_ledger.jsonl``), by step: which episodes each
-    update trained on (``trained``) and which it dropped as too stale (``dropped_stale``).
-    A step redone after a resume keeps its last row. Empty for a synchronous run."""
+    update trained on (``trained``), which it dropped as too stale (``dropped_stale``) and
+    which dynamic sampling set aside without signal (``filtered``). A step redone after a
+    resume keeps its last row. Empty for a synchronous run."""
     return {int(r["step"]): r for r in _jsonl_rows(Path(run_dir) / LEDGER_FILE) if "step" in r}
 
 

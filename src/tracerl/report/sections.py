@@ -176,7 +176,7 @@ def quality(d: RunData) -> str:
         ],
         ["episodes left out of the gradient (run total)", f"{dropped:.0f}", "–"],
         [
-            "groups with no signal: all rewards equal (run mean)",
+            "groups with no signal: all advantages zero (run mean, of sampled groups)",
             pct(_mean(d.train, "train/zero_signal_group_rate")),
             "–",
         ],
@@ -188,6 +188,15 @@ def quality(d: RunData) -> str:
             "–",
         ],
     ]
+    if any("train/sampling_rounds" in r for r in d.train):  # dynamic sampling
+        resampled = sum(float(r.get("train/resampled_groups", 0.0)) for r in d.train)
+        rows.append(
+            [
+                "dynamic sampling: replacement groups per step (run mean; total)",
+                f"{_mean(d.train, 'train/resampled_groups') or 0.0:.1f} ({resampled:.0f})",
+                "–",
+            ]
+        )
     if any(r.get("rollout/worker_reruns") for r in d.train):  # Ray workers died in this run
         rows.append(
             [

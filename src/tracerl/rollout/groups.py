@@ -143,9 +143,12 @@ async def run_groups(
     on_episode: Callable[[Episode], None] | None = None,
     score: ScoreFn | None = None,
     backend: RolloutBackend | None = None,
+    first_index: int = 0,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit (a backend's
-    own capacity when it has one: Ray workers x episodes per worker)."""
+    own capacity when it has one: Ray workers x episodes per worker). Task i has position
+    ``first_index + i`` in the step (part of its episode ids: replacement groups of dynamic
+    sampling come after the step's own)."""
     limit = asyncio.Semaphore(in_flight_limit(max_concurrent_episodes, backend))
     groups = [
         run_group(
@@ -158,7 +161,7 @@ async def run_groups(
             writer=writer,
             limit=limit,
             done=done,
-            index=i,
+            index=first_index + i,
             on_episode=on_episode,
             score=score,
             backend=backend,

@@ -10,8 +10,11 @@
         whose oldest token is more than `max_staleness` versions behind (counted, never
         trained on; its place in the window is freed at once), weight the rest by their
         staleness (`tracerl.algos.staleness`), and update in a worker thread while the
-        producer keeps sampling. The trained groups' places are freed after the update, so
-        the groups that take them sample on the new weights.
+        producer keeps sampling. With dynamic sampling, a group without signal is set
+        aside too (counted, its place freed at once), up to ``(max_rounds - 1) x`` the
+        step's groups; after that the step trains on the informative groups it has. The
+        trained groups' places are freed after the update, so the groups that take them
+        sample on the new weights.
 
 Weight sync. The sampler shares the learner's weights in-process. Each batched generation
 holds the weights lock for the whole turn, and the optimizer's step takes the same lock: a
@@ -44,7 +47,7 @@ from tracerl.report.run import LEDGER_FILE, read_ledger
 from tracerl.rollout.groups import RolloutBackend, group_episode_id, in_flight_limit, run_group
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
-from tracerl.train.grpo import GRPOConfig, RewardFn, update_on_groups
+from tracerl.train.grpo import GRPOConfig, RewardFn, has_signal, update_on_groups
 from tracerl.train.learner import Learner
 
 WEIGHT_SYNC = "between_turns"
@@ -66,16 +69,20 @@ def staleness_of(group: Sequence[Episode], version: int) -> int:
     return version - min(versions) if versions else 0
 
 
-def ledger_writer(run_dir: str | os.PathLike[str]) -> Callable[[int, list, list], None]:
+def ledger_writer(run_dir: str | os.PathLike[str]) -> Callable[..., None]:
     """Appends a row to the run's ``async_ledger.jsonl`` per update: the ids of the episodes
-    it trained on and of those it dropped as too stale."""
+    it trained on, of those it dropped as too stale, and of those dynamic sampling set
+    aside (no signal)."""
     path = Path(run_dir) / LEDGER_FILE
 
-    def write(step: int, trained: list[Episode], dropped: list[Episode]) -> None:
+    def write(
+        step: int, trained: list[Episode], dropped: list[Episode], filtered: Sequence = ()
+    ) -> None:
         row = {
             "step": step,
             "trained": [e.episode_id for e in trained],
             "dropped_stale": [e.episode_id for e in dropped],
+            "filtered": [e.episode_id for e in filtered],
         }
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
@@ -91,7 +98,11 @@ def consumed_before(run_dir: str | os.PathLike[str], start: int) -> frozenset[st
         eid
         for step, row in read_ledger(run_dir).items()
         if step < start
-        for eid in [*row.get("trained", []), *row.get("dropped_stale", [])]
+        for eid in [
+            *row.get("trained", []),
+            *row.get("dropped_stale", []),
+            *row.get("filtered", []),
+        ]
     )
 
 
@@ -140,14 +151,15 @@ async def train_async(
     done: Callable[[int], dict[str, Episode]],
     after_step: Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]],
     on_episode: Callable[[Episode], None] | None = None,
-    ledger: Callable[[int, list[Episode], list[Episode]], None] | None = None,
+    ledger: Callable[..., None] | None = None,
     backend: RolloutBackend | None = None,
 ) -> None:
     """Run steps ``settings.start .. settings.steps - 1``. `batch_tasks(b)` gives batch b's
     tasks; `writer(b)` / `done(b)` its episode file and the episodes already in it;
     `after_step(step, metrics, episodes)` logs, checkpoints and evaluates; False stops.
-    `ledger(step, trained, dropped)` records which episodes each update used, before
-    `after_step` (a resume skips those of checkpointed steps: `AsyncSettings.consumed`)."""
+    `ledger(step, trained, dropped, filtered)` records which episodes each update used and
+    left out, before `after_step` (a resume skips those of checkpointed steps:
+    `AsyncSettings.consumed`)."""
     sampler = policy.sampler
     grpo = dataclasses.replace(
         grpo, rollout=grpo.rollout.model_copy(update={"weight_sync": WEIGHT_SYNC})
@@ -185,11 +197,11 @@ async def train_async(
     )
     try:
         for step in range(settings.start, settings.steps):
-            m, episodes, dropped = await _consume_step(
+            m, episodes, dropped, filtered = await _consume_step(
                 learner, grpo, settings, state, groups_per_step, sampler
             )
             if ledger is not None:
-                ledger(step, episodes, dropped)
+                ledger(step, episodes, dropped, filtered)
             if not await after_step(step, m, episodes):
                 break
     finally:
@@ -279,13 +291,17 @@ async def _consume_step(
     state: _State,
     groups_per_step: int,
     sampler: Any,
-) -> tuple[dict[str, float], list[Episode], list[Episode]]:
-    """Fill one step with fresh-enough groups, then update in a worker thread. Returns the
-    metrics, the episodes trained on and those dropped as too stale."""
+) -> tuple[dict[str, float], list[Episode], list[Episode], list[Episode]]:
+    """Fill one step with fresh-enough groups (with signal, under dynamic sampling), then
+    update in a worker thread. Returns the metrics, the episodes trained on, those dropped
+    as too stale and those set aside for lack of signal."""
     t0 = time.perf_counter()
     taken: list[list[Episode]] = []
     staleness: list[int] = []
     dropped: list[Episode] = []
+    aside: list[list[Episode]] = []  # no signal (dynamic sampling)
+    ds = grpo.dynamic_sampling
+    may_filter = (ds.max_rounds - 1) * groups_per_step if ds is not None else 0
     while len(taken) < groups_per_step:
         async with state.changed:
             await state.changed.wait_for(lambda: state.finished or state.error is not None)
@@ -300,6 +316,13 @@ async def _consume_step(
                 state.consumed += 1  # its place in the window is free at once
                 state.changed.notify_all()
                 dropped += group
+                continue
+            if ds is not None and not has_signal(group, grpo):
+                state.consumed += 1  # set aside: its place is free at once
+                state.changed.notify_all()
+                aside.append(group)
+                if len(aside) >= may_filter:  # the cap: train on what has signal
+                    break
                 continue
         taken.append(group)
         # the group is kept or dropped whole (GRPO compares its members); each episode's
@@ -316,7 +339,13 @@ async def _consume_step(
     version_before = sampler.policy_version
     t1 = time.perf_counter()
     m = await asyncio.to_thread(
-        update_on_groups, taken, learner, grpo, sample_weights=weights, lr_scale=scale
+        update_on_groups,
+        taken,
+        learner,
+        grpo,
+        sample_weights=weights,
+        lr_scale=scale,
+        sampled=[*taken, *aside] if ds is not None else None,
     )
     if sampler.policy_version == version_before:  # no optimizer step ran (no eligible rows)
         sampler.policy_version += 1
@@ -341,4 +370,6 @@ async def _consume_step(
             "train/policy_version": float(sampler.policy_version),
         }
     )
-    return m, [e for g in taken for e in g], dropped
+    if ds is not None:
+        m["train/filtered_groups"] = float(len(aside))
+    return m, [e for g in taken for e in g], dropped, [e for g in aside for e in g]

@@ -27,6 +27,7 @@ from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.dynamic_sampling import DynamicSampling, Refill, sample_with_signal
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import (
     gradient_eligible,
@@ -55,6 +56,8 @@ class GRPOConfig:
     """Episodes that ran out of wall time: ``exclude`` them from the gradient, or ``grade``
     them on what they did with the reward clamped to at most `timeout_reward_cap`."""
     timeout_reward_cap: float = 0.0
+    dynamic_sampling: DynamicSampling | None = None
+    """Sample replacement groups for those without signal (None: off)."""
 
 
 def grpo_step(
@@ -70,13 +73,18 @@ def grpo_step(
     done: dict[str, Episode] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     backend: RolloutBackend | None = None,
+    refill: Refill | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One step. `writer` appends each finished episode to the run directory; `done` holds
-    this step's episodes already on disk (after a crash), which are reused, not re-run."""
-    groups = asyncio.run(
-        run_groups(
+    this step's episodes already on disk (after a crash), which are reused, not re-run.
+    With ``cfg.dynamic_sampling``, `refill` draws replacement tasks for groups without
+    signal (`tracerl.train.dynamic_sampling`). Returns the metrics and every episode the
+    step sampled."""
+
+    async def run_round(round_tasks: list[dict[str, Any]], first: int) -> list[list[Episode]]:
+        return await run_groups(
             env,
-            tasks,
+            round_tasks,
             policy,
             cfg.rollout,
             group_size=cfg.group_size,
@@ -87,15 +95,21 @@ def grpo_step(
             on_episode=on_episode,
             score=reward_fn,
             backend=backend,
+            first_index=first,
+        )
+
+    sampled = asyncio.run(
+        sample_with_signal(
+            tasks, run_round, lambda g: has_signal(g, cfg), cfg.dynamic_sampling, refill
         )
     )
-    metrics = update_on_groups(groups, learner, cfg)
+    metrics = update_on_groups(sampled.train, learner, cfg, sampled=sampled.drawn)
+    metrics.update(sampled.metrics())
     policy.sampler.policy_version += 1
-    metrics["train/reused_episodes"] = float(
-        sum(e.episode_id in (done or {}) for g in groups for e in g)
-    )
+    drawn = [e for g in sampled.drawn for e in g]
+    metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in drawn))
     metrics["train/policy_version"] = float(policy.sampler.policy_version)
-    return metrics, [e for g in groups for e in g]
+    return metrics, drawn
 
 
 def training_rewards(
@@ -114,6 +128,45 @@ def training_rewards(
     return rewards, eligible
 
 
+def episode_advantages(
+    groups: Sequence[Sequence[Episode]], cfg: GRPOConfig
+) -> tuple[list[float], list[bool], list[Any]]:
+    """Each episode's reward, whether it may train the policy, and its advantage: a number
+    (``credit: episode``), or per trajectory one per token (turn-level credit)."""
+    episodes = [e for g in groups for e in g]
+    if not episodes:
+        return [], [], []
+    rewards, eligible = training_rewards(episodes, cfg)
+    group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g], dtype=torch.long)
+    if cfg.credit == "episode":
+        rewards_B = torch.tensor(rewards, dtype=torch.float32)
+        eligible_B = torch.tensor(eligible, dtype=torch.bool)
+        return (
+            rewards,
+            eligible,
+            get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B).tolist(),
+        )
+    params: dict[str, Any] = {"gamma": cfg.credit_gamma}
+    if cfg.credit == "step_groups":
+        params.update(omega=cfg.step_group_weight, base=cfg.advantage)
+    per_token = turn_level_advantages(episodes, rewards, group_B, eligible, cfg.credit, **params)
+    return rewards, eligible, per_token
+
+
+def has_signal(group: Sequence[Episode], cfg: GRPOConfig) -> bool:
+    """Whether the group can teach anything: some eligible member gets a non-zero advantage
+    (under the run's estimator and credit, the group on its own). A group whose eligible
+    rewards are all equal, or with fewer than two eligible members, has none."""
+    _, eligible, advantages = episode_advantages([group], cfg)
+    return any(ok and _nonzero(a) for ok, a in zip(eligible, advantages, strict=True))
+
+
+def _nonzero(a: Any) -> bool:
+    if isinstance(a, float | int):
+        return abs(a) > 1e-8
+    return any(_nonzero(x) for x in a)
+
+
 def update_on_groups(
     groups: Sequence[Sequence[Episode]],
     learner: Learner,
@@ -121,39 +174,35 @@ def update_on_groups(
     *,
     sample_weights: Sequence[float] | None = None,
     lr_scale: float = 1.0,
+    sampled: Sequence[Sequence[Episode]] | None = None,
 ) -> dict[str, float]:
     """Rewards, eligibility, advantages per group, one learner update, and the step's
     metrics. `sample_weights` (one per episode, mean 1) and `lr_scale` come from staleness
-    in asynchronous training (`tracerl.algos.staleness`)."""
+    in asynchronous training (`tracerl.algos.staleness`). `sampled`: every group the step
+    sampled, when some were left out of the update (dynamic sampling): the rollout and
+    reward metrics describe them all, so filtering cannot flatter the training curve."""
     episodes = [e for g in groups for e in g]
-    rewards, eligible = training_rewards(episodes, cfg)
-    rewards_B = torch.tensor(rewards, dtype=torch.float32)
-    group_B = torch.tensor([gi for gi, g in enumerate(groups) for _ in g])
-    eligible_B = torch.tensor(eligible, dtype=torch.bool)
+    rewards, eligible, advantages = episode_advantages(groups, cfg)
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
     advs: list[Any] = []
-    if cfg.credit == "episode":
-        advantages_B = get_advantage(cfg.advantage)(rewards_B, group_B, eligible_B)
-        for e, a, w, ok in zip(episodes, advantages_B.tolist(), weights, eligible, strict=True):
-            if ok:
-                rows += e.trajectories
+    for e, a, w, ok in zip(episodes, advantages, weights, eligible, strict=True):
+        if ok:
+            rows += e.trajectories
+            if isinstance(a, float | int):
                 advs += [a * w] * len(e.trajectories)
-    else:  # one advantage per turn, on that turn's tokens
-        params: dict[str, Any] = {"gamma": cfg.credit_gamma}
-        if cfg.credit == "step_groups":
-            params.update(omega=cfg.step_group_weight, base=cfg.advantage)
-        per_token = turn_level_advantages(
-            episodes, rewards, group_B, eligible, cfg.credit, **params
-        )
-        for e, tokens, w, ok in zip(episodes, per_token, weights, eligible, strict=True):
-            if ok:
-                rows += e.trajectories
-                advs += [[a * w for a in row] for row in tokens]
+            else:  # one advantage per turn, on that turn's tokens
+                advs += [[x * w for x in row] for row in a]
     metrics = learner.update(rows, advs, lr_scale=lr_scale) if rows else {}
-    metrics.update(rollout_metrics(episodes) | owner_metrics(episodes))
-    metrics["train/reward_mean"] = float(rewards_B.mean()) if episodes else 0.0
-    metrics.update({f"train/{k}": v for k, v in scored_metrics(episodes).items()})
-    metrics["train/ineligible_episodes"] = float(sum(not ok for ok in eligible))
-    metrics.update(signal_metrics(rewards, eligible, [len(g) for g in groups]))
+    seen = list(sampled) if sampled is not None else list(groups)
+    observed = [e for g in seen for e in g]
+    metrics.update(rollout_metrics(observed) | owner_metrics(observed))
+    totals, ok_seen = (
+        training_rewards(observed, cfg) if sampled is not None else (rewards, eligible)
+    )
+    metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
+    metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
+    metrics["train/ineligible_episodes"] = float(sum(not ok for ok in ok_seen))
+    signal = [has_signal(g, cfg) for g in seen]
+    metrics.update(signal_metrics(signal))
     return metrics

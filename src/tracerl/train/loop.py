@@ -7,7 +7,8 @@
         the step's tasks (a function of seed and step: the data order survives a resume)
         -> grpo_step: sample G episodes per task (each written to the run directory as it
            finishes; episodes already on disk from an interrupted attempt are reused),
-           reward, eligibility, advantages, update
+           reward, eligibility, advantages (with dynamic sampling: replacement groups for
+           those without signal, `tracerl.train.dynamic_sampling`), update
         -> one line in metrics.jsonl; a checkpoint every N steps
         -> the engine (`tracerl.engines`: the trainer's own model, or a vLLM server) given
            the new weights before the next rollouts
@@ -45,6 +46,7 @@ from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner, LearnerConfig
@@ -221,6 +223,7 @@ def _train(
         credit=t.credit,
         credit_gamma=t.credit_gamma,
         step_group_weight=t.step_group_weight,
+        dynamic_sampling=DynamicSampling.of(cfg.trainer.dynamic_sampling),
         rollout=cfg.rollout,
         timeouts=t.timeouts,
         timeout_reward_cap=t.timeout_reward_cap,
@@ -303,6 +306,9 @@ def _train(
                 done=done_episodes(run_dir, step),
                 on_episode=bars.advance,
                 backend=backend,
+                refill=lambda r, n, drawn, step=step: replacement_tasks(
+                    cfg, probe, step, r, n, drawn
+                ),
             )
             if not record(step, m, episodes, t0):
                 return final

@@ -164,20 +164,14 @@ def eval_metrics(
     return out
 
 
-def signal_metrics(
-    rewards: Sequence[float], eligible: Sequence[bool], sizes: Sequence[int]
-) -> dict[str, float]:
-    """How many of a step's groups can teach anything: a group whose eligible rewards are all
-    equal (or that has fewer than two eligible members) has zero advantage everywhere, so
-    its sampling bought nothing. ``train/zero_signal_groups`` (a count) and
-    ``train/zero_signal_group_rate`` (its share of the step's groups)."""
-    empty, start = 0, 0
-    for n in sizes:
-        group = zip(rewards[start : start + n], eligible[start : start + n], strict=True)
-        vals = [r for r, ok in group if ok]
-        empty += len(vals) < 2 or max(vals) == min(vals)
-        start += n
+def signal_metrics(signal: Sequence[bool]) -> dict[str, float]:
+    """How many of a step's groups can teach anything (`signal`: one per group, from
+    `tracerl.train.grpo.has_signal`): a group whose advantages are all zero (its eligible
+    rewards all equal, or fewer than two eligible members) bought nothing with its sampling.
+    ``train/zero_signal_groups`` (a count) and ``train/zero_signal_group_rate`` (its share
+    of the step's sampled groups)."""
+    empty = sum(not s for s in signal)
     return {
         "train/zero_signal_groups": float(empty),
-        "train/zero_signal_group_rate": empty / (len(sizes) or 1),
+        "train/zero_signal_group_rate": empty / (len(signal) or 1),
     }
