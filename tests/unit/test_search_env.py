@@ -71,8 +71,15 @@ def test_the_oracle_solves_heldout_questions_by_searching(tiny, corpus):
     )
     em, cited, gain = _score(env, tasks, [g[0] for g in groups])
     assert em >= 0.95 and cited >= 0.95, (em, cited)
-    assert gain >= 0.95  # searching the gold entities surfaces the gold documents
+    if corpus == "synthetic":
+        assert gain >= 0.95  # searching the entities the question names finds their documents
+    else:  # a subject asked by its description is searched by it: BM25 finds it 2 times in 3
+        assert 0.5 <= gain < 0.95, gain
     assert all(g[0].stop_reason.value == "answered" for g in groups)
+    # on wiki the reference agent searches what the question says, never the answer it asks
+    for t in tasks if corpus == "wiki" else []:
+        queries = [c.arguments["query"] for a in env.check_script(t)[:-1] for c in a.tool_calls]
+        assert t["kind"] == "first_year" or t["answers"][0] not in queries, (t, queries)
 
 
 def test_search_r1_protocol_and_a_guesser_that_never_searches(tiny):

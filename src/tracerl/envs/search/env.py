@@ -217,11 +217,12 @@ class SearchEnv(ToolEnv):
 
 
 def oracle_actions(corpus: Corpus, task: dict[str, Any]) -> list[Action]:
-    """A scripted oracle: search each gold document by its title, then answer with the gold
-    answer and a citation quoting the sentence of the last gold document that states it."""
+    """A scripted oracle: one search per gold document, with a query the question itself
+    gives (`tasks.reference_queries`: never the answer), then the gold answer and a citation
+    quoting the sentence of the last gold document that states it."""
     actions = []
-    for i, doc_id in enumerate(task["gold_docs"]):
-        call = ToolCall(f"call_{i}_0", "search", {"query": corpus.by_id[doc_id].title, "k": 3})
+    for i, query in enumerate(task_sets.reference_queries(corpus, task)):
+        call = ToolCall(f"call_{i}_0", "search", {"query": query, "k": 3})
         actions.append(Action(text="", tool_calls=(call,)))
     gold, last = task["answers"][0], corpus.by_id[task["gold_docs"][-1]]
     # the sentence stating the answer; for a title answer, the title line of the document

@@ -87,6 +87,19 @@ def sample(
     return [dict(q) for q in rng.sample(pool, min(n, len(pool)))]
 
 
+def reference_queries(corpus: Corpus, task: dict[str, Any]) -> list[str]:
+    """One search query per gold document, taken from what the question says (what the
+    reference agent searches, and the warm start imitates): a subject asked by its short
+    description is searched by that description, never by its title (the answer); a
+    subject the question names, by its title. Questions of other kinds (the synthetic
+    world's name their entities) search each gold document's title."""
+    titles = [corpus.by_id[d].title for d in task["gold_docs"]]
+    described = re.search(r'short description "(.+?)"', task.get("question", ""))
+    if task.get("kind") in ("describe", "bridge") and described:
+        return [*titles[:-1], described.group(1)]
+    return titles
+
+
 def _wiki_questions(corpus: Corpus) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     desc_count: dict[str, int] = {}
