@@ -187,9 +187,7 @@ def test_tracerl_train_with_dynamic_sampling_writes_counts_and_resumes_without_r
     assert train_ids() == written  # nothing sampled twice
 
 
-def test_async_training_sets_groups_without_signal_aside_and_the_ledger_names_them(
-    tiny, tmp_path
-):
+def test_async_training_sets_groups_without_signal_aside_and_the_ledger_names_them(tiny, tmp_path):
     import copy
 
     from tests.scripts import scripted_policy
