@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/turn_credit.py [--config configs/wiki-search.yaml]
      [--arms episode,turn_returns,step_groups] [--seeds 0,1] [--out /tmp/turn-credit]
      [--set trainer.steps=12 ...]     (overrides for every arm)
-     [--report FILE.json]             (only print the table of runs already done)
+     [--report]                       (only print the table of the runs done in --out)
 
 Each arm is one `tracerl train` of the config with ``trainer.credit`` set to the arm's
 estimator (``dynamic`` arms: ``step_groups+dynamic`` adds ``trainer.dynamic_sampling``), one
@@ -18,8 +18,8 @@ passed the format gate, so it reads higher). Printed per arm: the mean over seed
 standard error, each seed's value, the training episodes sampled, the training compute
 (warm start plus steps, evaluations excluded) and the wall time of the whole run; and, for
 arms that sampled more per step (dynamic sampling), the held-out EM of the last evaluation
-reached within the reference arm's training compute (equal wall time), read off the
-evaluation curve (``trainer.eval_every``).
+reached within the first arm's training compute (equal wall time), read off the arm's
+evaluation curve (give dynamic arms ``trainer.eval_every``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def train(config: str, out: Path, arm: str, seed: int, extra: list[str]) -> dict
     result = summarize(folder / "run", time.perf_counter() - t0)
     result.update(arm=arm, seed=seed)
     done.write_text(json.dumps(result, indent=1))
+    shutil.rmtree(folder / "run" / "checkpoints", ignore_errors=True)  # ~3 GB a run
     return result
 
 
@@ -160,12 +162,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default="/tmp/turn-credit")
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every arm")
-    ap.add_argument("--report", help="print the table of this results file and stop")
+    ap.add_argument("--report", action="store_true", help="print the table of --out's runs")
     args = ap.parse_args()
-    if args.report:
-        print(table(json.loads(Path(args.report).read_text())))
-        return
     out = Path(args.out)
+    if args.report:
+        arms = args.arms.split(",")
+        found = [json.loads(f.read_text()) for f in sorted(out.glob("*/result.json"))]
+        found.sort(key=lambda r: (arms.index(r["arm"]) if r["arm"] in arms else 99, r["seed"]))
+        print(table(found))
+        return
     results = []
     for arm in args.arms.split(","):
         for seed in [int(s) for s in args.seeds.split(",")]:
