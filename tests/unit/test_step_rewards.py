@@ -210,3 +210,33 @@ def test_the_viewers_step_table_shows_what_each_step_earned(episodes, tmp_path):
     plain = score_episode(dataclasses.replace(episodes[0]), lambda e: 1.0)
     html = episode_page(EpisodeRecord(plain.trajectories, "train", "train", "train", 0, tmp_path))
     assert "step reward" not in html
+
+
+def test_a_run_with_a_per_step_component_says_so_on_its_dashboard(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tracerl.cli import app
+
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "name: steps\n"
+        "model: {spec: tiny-chars, temperature: 1.0}\n"
+        "env: {name: arithmetic, parser: json_list, tasks_per_step: 2, eval_tasks: 2}\n"
+        "trainer:\n"
+        "  steps: 1\n"
+        "  group_size: 4\n"
+        "  credit: turn_returns\n"
+        "  reward_components:\n"
+        "    - {name: digit, fn: digit, layer: outcome, weight: 1.0}\n"
+        "    - {name: valid, fn: valid_calls, layer: process, weight: 0.1, per: step}\n"
+        "rollout: {budgets: {steps: 1}, max_turn_tokens: 2, reserve: null}\n"
+    )
+    out = CliRunner().invoke(app, ["train", str(config), f"out_dir={tmp_path}"])
+    assert out.exit_code == 0, out.output
+    run = tmp_path / "steps"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "train/reward/valid" in next(r for r in rows if r["phase"] == "train")
+    html = (run / "report" / "index.html").read_text()
+    assert "process, per step" in html and "per turn: turn_returns" in html

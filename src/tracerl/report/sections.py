@@ -108,6 +108,9 @@ def components(d: RunData) -> str:
     ]
     for e in pool:
         for c in e.reward.components:  # type: ignore[union-attr]
+            per_step = ", per step" if c.steps is not None else ""
+            if not c.gated:  # a gated component's record does not say how it is scored
+                layers[c.name] = c.layer.value + per_step
             layers.setdefault(c.name, c.layer.value)
             scored[c.name] = scored.get(c.name, 0) + (c.decided and not c.gated)
     split, ev = d.eval_split, d.last_eval(d.eval_split)
@@ -133,7 +136,8 @@ def components(d: RunData) -> str:
         )
         + '<p class="note">Each mean is over the episodes the component scored: a component '
         "behind a gate (such as exact match) is scored only where the gate opened, so read its "
-        "mean beside its share.</p>"
+        "mean beside its share. A component scored per step sums what the episode's steps "
+        "earned; the episode viewer's step table shows each step's share.</p>"
     )
 
 
