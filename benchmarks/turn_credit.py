@@ -9,7 +9,8 @@ Each arm is one `tracerl train` of the config with ``trainer.credit`` set to the
 estimator (``dynamic`` arms: ``step_groups+dynamic`` adds ``trainer.dynamic_sampling``), one
 run per seed, one after another (each has both cores). The same config otherwise: the same
 warm start, tasks, group size, steps, so every arm without dynamic sampling samples the same
-number of training episodes. A finished run is not run again (delete its folder to redo it).
+number of training episodes. A finished run is not run again (delete its folder to redo it); while
+``<out>/PAUSE`` exists, no new run starts (so other work does not share the cores).
 
 Held-out EM is the share of the held-out questions answered exactly
 (``eval/heldout/success_rate``: the outcome component, exact match, reaching 1.0, over
@@ -53,6 +54,8 @@ def train(config: str, out: Path, arm: str, seed: int, extra: list[str]) -> dict
     done = folder / "result.json"
     if done.exists():
         return json.loads(done.read_text())
+    while (out / "PAUSE").exists():  # the machine is lent to something else: wait
+        time.sleep(10)
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
