@@ -212,11 +212,11 @@ class TrainerConfig(_Config):
     """``step_groups``: the weight of the step advantage beside the episode's."""
     dynamic_sampling: DynamicSamplingConfig | None = None
     """No step without signal (DAPO's dynamic sampling): a group whose advantages are all
-    zero (its eligible rewards all equal) is left out of the update and a replacement task
-    is sampled, until the step has `env.tasks_per_step` informative groups or
-    ``max_rounds`` rounds were sampled. Every sampled group is written and counted
-    (``train/zero_signal_group_rate``, ``train/resampled_groups``). None: off (a
-    zero-signal group then costs its sampling and teaches nothing)."""
+    zero (e.g. its eligible rewards all equal, with credit per episode) is left out of the
+    update and a replacement task is sampled, until the step has `env.tasks_per_step`
+    informative groups or ``max_rounds`` rounds were sampled. Every sampled group is
+    written and counted (``train/zero_signal_group_rate``, ``train/resampled_groups``).
+    None: off (a zero-signal group then costs its sampling and teaches nothing)."""
     reward: str | None = None
     """How episodes are scored. None: the environment's own verifier (its ``reward`` method
     or ``reward_components``); a built-in (``search``, ``arithmetic``, ``coderepair``); an

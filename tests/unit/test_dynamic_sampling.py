@@ -89,11 +89,14 @@ def test_a_step_samples_replacements_until_it_has_its_quota_of_informative_group
     assert [g[0].task for g in s.train] == ["a", "d", "f"]  # the quota, in drawing order
     positions = [g[0].position for g in s.drawn]
     assert positions == list(range(7))  # episode ids never collide
-    m = s.metrics()
+    m = s.metrics(dynamic=True)
     assert m["train/sampled_groups"] == 7.0 and m["train/resampled_groups"] == 4.0
     assert m["train/sampling_rounds"] == 2.0 and m["train/informative_groups"] == 4.0
-    assert m["train/filtered_groups"] == 4.0  # b, c, e without signal; g beyond the quota
+    assert m["train/filtered_groups"] == 3.0  # b, c, e: without signal
+    assert m["train/surplus_groups"] == 1.0  # g: informative, beyond the quota
     assert m["train/episodes_sampled"] == 7.0
+    # without dynamic sampling a step says what it sampled, nothing about a filter
+    assert set(s.metrics(dynamic=False)) == {"train/sampled_groups", "train/episodes_sampled"}
 
 
 def test_the_cap_stops_resampling_and_the_step_trains_on_what_it_has():
@@ -154,9 +157,8 @@ def test_tracerl_train_with_dynamic_sampling_writes_counts_and_resumes_without_r
         assert r["train/zero_signal_groups"] == (
             r["train/sampled_groups"] - r["train/informative_groups"]
         )
-        assert r["train/filtered_groups"] == r["train/sampled_groups"] - min(
-            4, r["train/informative_groups"]
-        )
+        assert r["train/filtered_groups"] == r["train/zero_signal_groups"]
+        assert r["train/surplus_groups"] == max(0, r["train/informative_groups"] - 4)
         # it resampled exactly when round 1 left it short, and stopped at the cap
         assert (r["train/sampling_rounds"] > 1) == (r["train/resampled_groups"] > 0)
         assert r["train/sampling_rounds"] <= 3
@@ -176,7 +178,7 @@ def test_tracerl_train_with_dynamic_sampling_writes_counts_and_resumes_without_r
         assert positions == set(range(int(r["train/sampled_groups"])))
 
     html = (run / "report" / "index.html").read_text()
-    assert "replacement groups per step" in html and "up to 3 rounds a step" in html
+    assert "replacement groups sampled per step" in html and "up to 3 rounds a step" in html
 
     shutil.rmtree(run / "checkpoints")
     out = CliRunner().invoke(app, [*args, "--resume"])

@@ -8,10 +8,12 @@ import dataclasses
 
 import pytest
 import torch
+import yaml
 from pydantic import ValidationError
 
 from tests.scripts import scripted_policy
 from tracerl.envs import make
+from tracerl.errors import UserError
 from tracerl.rewards import RewardContext, RewardSpec, Score, compose
 from tracerl.rewards.resolve import resolve_reward
 from tracerl.rollout.budget import Budgets, RolloutConfig
@@ -90,11 +92,16 @@ def test_a_closed_gate_keeps_per_step_components_from_paying():
         ("{name: g, fn: evidence_gain, layer: process, gate: 0.5, per: step}", "gate decides"),
         ("{name: g, fn: exact_match, layer: outcome, per: step}", "outcome"),
         ("{name: g, fn: evidence_gain, layer: process, per: turn}", "per"),
+        # a share summed over steps would pay for taking more of them
+        ("{name: g, fn: valid_calls, layer: process, per: step}", "cannot be scored per step"),
     ],
 )
 def test_specs_that_cannot_mean_anything_per_step_are_refused(component, message):
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises((ValidationError, ValueError), match=message):
         spec(component)
+    with pytest.raises((ValidationError, UserError), match=message):  # in a run's config
+        em = {"name": "em", "fn": "exact_match", "layer": "outcome"}
+        resolve_reward(None, [em, yaml.safe_load(component)], _Env())
 
 
 def test_a_step_component_that_raises_is_the_evaluators_and_names_the_step():
@@ -159,7 +166,7 @@ def test_the_episode_records_each_steps_reward_and_turn_credit_pays_it_to_that_t
     s = RewardSpec.from_yaml(
         "components:\n"
         "  - {name: done, fn: answered, layer: outcome, weight: 1.0}\n"
-        "  - {name: valid, fn: valid_calls, layer: process, weight: 0.1, per: step}\n"
+        "  - {name: errors, fn: call_errors, layer: process, weight: 0.1, per: step}\n"
     )
     scored = [
         score_episode(dataclasses.replace(e), lambda e: compose(s, _context(e))) for e in episodes
@@ -168,14 +175,16 @@ def test_the_episode_records_each_steps_reward_and_turn_credit_pays_it_to_that_t
     for e in scored:
         paid = {x["step"]: x["step_reward"] for x in e.steps}
         assert paid == pytest.approx(e.reward.step_rewards())
-        assert all(x["step_rewards"] == {"valid": x["step_reward"]} for x in e.steps)
+        assert all(x["step_rewards"] == {"errors": x["step_reward"]} for x in e.steps)
         # the trajectories written to the run directory carry the same records
         assert [x.get("step_reward") for x in e.trajectories[0].steps] == [
             x["step_reward"] for x in e.steps
         ]
-    assert all(x["step_reward"] == pytest.approx(0.1) for x in good.steps)
-    bad_steps = [x["step"] for x in bad.steps if x["step_reward"] == 0.0]
-    assert bad_steps and all(x["policy_error"] for x in bad.steps if x["step"] in bad_steps)
+    assert all(x["step_reward"] == 0.0 for x in good.steps)
+    # the step whose call had bad arguments, and only it, paid for it
+    paid = {x["step"]: x["step_reward"] for x in bad.steps}
+    assert {k for k, v in paid.items() if v} == {x["step"] for x in bad.steps if x["policy_error"]}
+    assert sorted({round(v, 9) for v in paid.values()}) == [-0.1, 0.0]
     # turn returns: the first turn's return is the whole reward, nothing counted twice
     totals = [e.reward.total for e in scored]
     per_token = turn_level_advantages(
@@ -184,7 +193,7 @@ def test_the_episode_records_each_steps_reward_and_turn_credit_pays_it_to_that_t
     turns = [episode_turns(e) for e in scored]
     first = [per_token[i][t[0]["sample"]][t[0]["offset"]] for i, t in enumerate(turns)]
     assert first == pytest.approx([totals[0] - totals[1], totals[1] - totals[0]])
-    assert [t["reward"] for t in turns[0]] == pytest.approx([0.1] * len(turns[0]))
+    assert [t["reward"] for t in turns[1]] == pytest.approx([paid[t["step"]] for t in turns[1]])
 
 
 def _context(e):
@@ -198,13 +207,13 @@ def test_the_viewers_step_table_shows_what_each_step_earned(episodes, tmp_path):
     s = RewardSpec.from_yaml(
         "components:\n"
         "  - {name: done, fn: answered, layer: outcome, weight: 1.0}\n"
-        "  - {name: valid, fn: valid_calls, layer: process, weight: 0.1, per: step}\n"
+        "  - {name: errors, fn: call_errors, layer: process, weight: 0.1, per: step}\n"
     )
-    e = score_episode(dataclasses.replace(episodes[0]), lambda e: compose(s, _context(e)))
+    e = score_episode(dataclasses.replace(episodes[1]), lambda e: compose(s, _context(e)))
     record = EpisodeRecord(e.trajectories, "train", "train", "train", 0, tmp_path)
     html = episode_page(record)
     assert "<th>step reward</th>" in html.replace(' class="num"', "")
-    assert "0.10 (valid +0.10)" in html
+    assert "-0.10 (errors -0.10)" in html and "0.00 (errors +0.00)" in html
     assert "per step (" in html
     # without per-step components, the table is as it always was
     plain = score_episode(dataclasses.replace(episodes[0]), lambda e: 1.0)
@@ -230,13 +239,13 @@ def test_a_run_with_a_per_step_component_says_so_on_its_dashboard(tmp_path):
         "  credit: turn_returns\n"
         "  reward_components:\n"
         "    - {name: digit, fn: digit, layer: outcome, weight: 1.0}\n"
-        "    - {name: valid, fn: valid_calls, layer: process, weight: 0.1, per: step}\n"
+        "    - {name: errors, fn: call_errors, layer: process, weight: 0.1, per: step}\n"
         "rollout: {budgets: {steps: 1}, max_turn_tokens: 2, reserve: null}\n"
     )
     out = CliRunner().invoke(app, ["train", str(config), f"out_dir={tmp_path}"])
     assert out.exit_code == 0, out.output
     run = tmp_path / "steps"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert "train/reward/valid" in next(r for r in rows if r["phase"] == "train")
+    assert "train/reward/errors" in next(r for r in rows if r["phase"] == "train")
     html = (run / "report" / "index.html").read_text()
     assert "process, per step" in html and "per turn: turn_returns" in html

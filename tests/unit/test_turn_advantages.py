@@ -25,7 +25,7 @@ def three(eligible_turns=None, states=None):
 
 
 def close(a, b, atol=1e-6):
-    assert torch.allclose(a, T(b), atol=atol), (a.tolist(), b)
+    assert torch.allclose(a.double(), T(b).double(), atol=atol), (a.tolist(), b)
 
 
 def test_returns_to_go_sum_later_step_rewards_and_the_outcome():
@@ -77,6 +77,26 @@ def test_outcome_broadcast_is_the_episode_advantage_on_each_usable_turn():
     # the advantage of each episode's whole return (outcome + its turns' own rewards):
     # [1.1, 0.2, 1.3], mean 0.8667, std 0.5859 -> [0.398, -1.138, 0.740]
     close(adv, [0.3982, 0.0, -1.1378, 0.7395, 0.7395, 0.7395], atol=1e-4)
+
+
+def test_equal_rewards_reached_by_different_sums_have_equal_returns():
+    # E0 earns 0.1 then 0.2, E1 0.2 then 0.1, E2 0.3 at once, each 0.4 more at the end: every
+    # episode's reward is 0.7, but 0.1 + 0.2 and 0.3 differ in the last bit of a float
+    turns = Turns(
+        episode_T=T([0, 0, 1, 1, 2]),
+        index_T=T([0, 1, 0, 1, 0]),
+        reward_T=torch.tensor([0.1, 0.2, 0.2, 0.1, 0.3], dtype=torch.float64),
+        eligible_T=B(*[True] * 5),
+        state_T=T([1, 2, 1, 3, 1]),
+    )
+    outcome = torch.tensor([0.4, 0.4, 0.4], dtype=torch.float64)
+    g = returns_to_go(turns, outcome)
+    assert g[0] == g[2] == g[4]  # 0.7 each, exactly
+    for name in ("outcome", "step_groups"):
+        adv = get(name)(turns, outcome, T([0, 0, 0]), B(True, True, True))
+        # the whole returns tie: no episode advantage (grpo would divide a rounding error
+        # by a std of about 1e-17 + 1e-6); only the turns from different states differ
+        assert adv[[0, 2, 4]].abs().max() < 1e-9, (name, adv)
 
 
 def test_step_groups_compare_turns_acting_from_the_same_state():

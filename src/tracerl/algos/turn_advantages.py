@@ -84,24 +84,27 @@ def get(name: str) -> TurnAdvantageFn:
 
 
 def returns_to_go(turns: Turns, outcome_B: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
-    """``G[i, t]`` for every turn (see the module docstring)."""
-    r = turns.reward_T.float()
+    """``G[i, t]`` for every turn (see the module docstring), in float64 and rounded to
+    1e-9: two episodes with the same reward reached by different sums (step rewards in
+    another order) get the same return, not two a rounding error apart, which a std in the
+    denominator would blow up into an advantage."""
+    r = turns.reward_T.double()
     out = torch.zeros_like(r)
     for i in torch.unique(turns.episode_T):
         rows = (turns.episode_T == i).nonzero().flatten()
         rows = rows[torch.argsort(turns.index_T[rows])]
-        g = outcome_B[i].float()
+        g = outcome_B[i].double()
         for pos in range(rows.numel() - 1, -1, -1):
             row = rows[pos]
             g = r[row] + (g if pos == rows.numel() - 1 else gamma * g)
             out[row] = g
-    return out
+    return torch.round(out, decimals=9)
 
 
 def episode_returns(turns: Turns, outcome_B: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Each episode's whole return, ``G[i, 0]`` (its outcome when it has no turns): what
     the episode-level estimators compare, so per-step rewards count there too."""
-    out = outcome_B.float().clone()
+    out = outcome_B.double().clone()
     g = returns_to_go(turns, outcome_B, gamma)
     first = turns.index_T == 0
     out[turns.episode_T[first]] = g[first]

@@ -192,15 +192,27 @@ def quality(d: RunData) -> str:
             "–",
         ],
     ]
-    if any("train/sampling_rounds" in r for r in d.train):  # dynamic sampling
-        resampled = sum(float(r.get("train/resampled_groups", 0.0)) for r in d.train)
+    if (d.config.get("trainer") or {}).get("dynamic_sampling"):  # groups were replaced
+
+        def per_step(key: str) -> str:
+            total = sum(float(r.get(key, 0.0)) for r in d.train)
+            return f"{_mean(d.train, key) or 0.0:.1f} ({total:.0f})"
+
         rows.append(
             [
-                "dynamic sampling: replacement groups per step (run mean; total)",
-                f"{_mean(d.train, 'train/resampled_groups') or 0.0:.1f} ({resampled:.0f})",
+                "dynamic sampling: groups set aside without signal per step (mean; total)",
+                per_step("train/filtered_groups"),
                 "–",
             ]
         )
+        if any("train/resampled_groups" in r for r in d.train):  # synchronous
+            rows.append(
+                [
+                    "dynamic sampling: replacement groups sampled per step (mean; total)",
+                    per_step("train/resampled_groups"),
+                    "–",
+                ]
+            )
     if any(r.get("rollout/worker_reruns") for r in d.train):  # Ray workers died in this run
         rows.append(
             [

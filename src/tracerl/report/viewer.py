@@ -123,8 +123,8 @@ def _step_reward_cell(by: dict[str, float]) -> str:
     """The step's own reward, then each component's share: ``0.20 (gain 0.20, cost -0.02)``."""
     if not by:
         return ""
-    parts = ", ".join(f"{name} {v:+.2f}" for name, v in by.items())
-    return f"{sum(by.values()):.2f} ({parts})"
+    parts = ", ".join(f"{name} {v + 0.0:+.2f}" for name, v in by.items())  # no "-0.00"
+    return f"{sum(by.values()) + 0.0:.2f} ({parts})"
 
 
 def _reward_table(ep: EpisodeRecord) -> str:

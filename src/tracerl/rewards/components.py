@@ -69,16 +69,27 @@ def citations_valid(ctx: RewardContext, require: bool = True) -> Score:
     return Score(sum(v["valid"] for v in verdicts) / len(verdicts), {"verdicts": verdicts})
 
 
-@component("valid_calls")
-def valid_calls(ctx: RewardContext) -> Score:
-    """Process: the share of tool calls that were well-formed and permitted (per step: of
-    that step's calls; 1.0 for a step without any)."""
-    steps = ctx.scoped_steps
+def _bad_calls(steps: list[dict]) -> tuple[int, int]:
+    """(calls, malformed or refused ones) in `steps`; a turn that did not parse counts as one."""
     calls = [c for s in steps for c in s.get("calls", [])]
     parse_errors = sum(1 for s in steps if (s.get("fault") or {}).get("kind") == "parse_error")
-    bad = sum(c["policy_error"] for c in calls) + parse_errors
-    n = len(calls) + parse_errors
-    return Score(1.0 - bad / n if n else 1.0, {"calls": len(calls), "bad": bad})
+    return len(calls) + parse_errors, sum(c["policy_error"] for c in calls) + parse_errors
+
+
+@component("valid_calls")
+def valid_calls(ctx: RewardContext) -> Score:
+    """Process: the share of tool calls that were well-formed and permitted (per episode;
+    per step, `call_errors`)."""
+    n, bad = _bad_calls(ctx.steps)
+    return Score(1.0 - bad / n if n else 1.0, {"calls": n, "bad": bad})
+
+
+@component("call_errors", per_step=True)
+def call_errors(ctx: RewardContext) -> Score:
+    """Process penalty: minus the number of malformed or refused tool calls (a turn that
+    did not parse counts as one); per step, that step's. Give it a small weight."""
+    n, bad = _bad_calls(ctx.scoped_steps)
+    return Score(-float(bad) if bad else 0.0, {"calls": n, "bad": bad})
 
 
 @component("no_forbidden")
@@ -86,21 +97,21 @@ def no_forbidden(ctx: RewardContext) -> Score:
     """Constraint: no forbidden tool or action was attempted."""
     forbidden = [
         c["action"]["tool"]
-        for s in ctx.scoped_steps
+        for s in ctx.steps
         for c in s.get("calls", [])
         if c["observation"]["status"] == "forbidden_tool"
     ]
     return Score(0.0 if forbidden else 1.0, {"forbidden": forbidden})
 
 
-@component("search_cost")
+@component("search_cost", per_step=True)
 def search_cost(ctx: RewardContext, per_search: float = 0.02, tool: str = "search") -> Score:
     """Cost: minus `per_search` per call of `tool` (cap it in the spec)."""
     n = sum(1 for s in ctx.scoped_steps for c in s.get("calls", []) if c["action"]["tool"] == tool)
     return Score(-per_search * n, {"searches": n})
 
 
-@component("evidence_gain")
+@component("evidence_gain", per_step=True)
 def evidence_gain(ctx: RewardContext) -> Score:
     """Process: the evidence the steps gained, as the environment judges it (the search
     environment: the share of the task's gold documents a step surfaced for the first time;

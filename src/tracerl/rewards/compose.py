@@ -117,18 +117,36 @@ class RewardContext:
 
 ComponentFn = Callable[..., Score]
 COMPONENTS: dict[str, ComponentFn] = {}
+PER_STEP: set[str] = set()
+"""Registered components that may be scored per step (``per: step``)."""
 
 
-def component(name: str) -> Callable[[ComponentFn], ComponentFn]:
-    """Register a reward component function ``fn(ctx, **params) -> Score`` by name."""
+def component(name: str, *, per_step: bool = False) -> Callable[[ComponentFn], ComponentFn]:
+    """Register a reward component function ``fn(ctx, **params) -> Score`` by name.
+    `per_step`: it also judges one step (``ctx.step``) in a way that sums to the
+    episode's (a gain, a cost, a penalty); a share or a verdict about the episode does not."""
 
     def register(fn: ComponentFn) -> ComponentFn:
         if name in COMPONENTS:
             raise ValueError(f"reward component {name!r} is already registered")
         COMPONENTS[name] = fn
+        if per_step:
+            PER_STEP.add(name)
         return fn
 
     return register
+
+
+def per_step_problem(c: ComponentSpec) -> str | None:
+    """Why registered component `c` cannot be scored per step (None: it can, or it is not
+    per step, or not a registered component: a user's function decides for itself)."""
+    if c.per != "step" or c.fn not in COMPONENTS or c.fn in PER_STEP:
+        return None
+    return (
+        f"component {c.name!r}: {c.fn} judges the whole episode and cannot be scored per "
+        f"step (summed over steps it would pay for taking more of them); per step: "
+        f"{', '.join(sorted(PER_STEP))}, or a function of your own that takes `step`"
+    )
 
 
 class ComponentSpec(BaseModel):
@@ -202,6 +220,9 @@ class RewardSpec(BaseModel):
                 f"reward spec: unknown component functions {unknown}; registered: "
                 f"{', '.join(sorted(COMPONENTS))}"
             )
+        for c in spec.components:
+            if (problem := per_step_problem(c)) is not None:
+                raise ValueError(f"reward spec: {problem}")
         return spec
 
 
@@ -285,7 +306,9 @@ def _weigh(
     contribution = raw if c.cap is None else max(-c.cap, min(c.cap, raw))
     per_step = None
     if steps is not None:
-        scale = contribution / raw if raw else 0.0
+        # the cap's scaling, alike for every step (1 when it did not bite: steps whose
+        # shares cancel out keep them)
+        scale = 1.0 if contribution == raw else contribution / raw
         per_step = tuple(
             StepScore(k, s.value, s.value * c.weight * scale if score.decided else 0.0, s.evidence)
             for k, s in steps

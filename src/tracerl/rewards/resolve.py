@@ -44,6 +44,7 @@ from tracerl.rewards.compose import (
     RewardSpec,
     Score,
     compose,
+    per_step_problem,
 )
 from tracerl.types import RewardBreakdown, Trajectory
 
@@ -232,6 +233,8 @@ def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]
         if callable(method) and inspect.ismethod(method) and c.fn not in COMPONENTS:
             out[c.fn] = adapt(method, f"{type(env).__name__}.{c.fn}")
         elif c.fn in COMPONENTS:
+            if (problem := per_step_problem(c)) is not None:
+                raise UserError(f"{where}: {problem}", "declare it per: episode")
             out[c.fn] = COMPONENTS[c.fn]
         elif is_import_path(c.fn):
             out[c.fn] = adapt(load_object(c.fn, f"{where}: component {c.name!r}"), c.fn)

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracerl.rollout.episode import episode_seed
 from tracerl.rollout.runner import Episode
 
 Group = list[Episode]
@@ -66,15 +67,23 @@ class Sampled:
     rounds: int
     quota: int
 
-    def metrics(self) -> dict[str, float]:
-        return {
+    def metrics(self, dynamic: bool) -> dict[str, float]:
+        """What the step sampled; with dynamic sampling (`dynamic`), what the filter did:
+        replacement groups, rounds, groups set aside without signal, and informative groups
+        sampled beyond the quota (the last round's overshoot, not trained on either)."""
+        m = {
             "train/sampled_groups": float(len(self.drawn)),
-            "train/resampled_groups": float(len(self.drawn) - self.quota),
-            "train/sampling_rounds": float(self.rounds),
-            "train/informative_groups": float(sum(self.signal)),
-            "train/filtered_groups": float(len(self.drawn) - len(self.train)),
             "train/episodes_sampled": float(sum(len(g) for g in self.drawn)),
         }
+        if dynamic:
+            m |= {
+                "train/resampled_groups": float(len(self.drawn) - self.quota),
+                "train/sampling_rounds": float(self.rounds),
+                "train/informative_groups": float(sum(self.signal)),
+                "train/filtered_groups": float(len(self.signal) - sum(self.signal)),
+                "train/surplus_groups": float(sum(self.signal) - len(self.train)),
+            }
+        return m
 
 
 def replacement_tasks(
@@ -84,7 +93,9 @@ def replacement_tasks(
     (`cfg` the run's config, `probe` its environment): a function of the seed, the step and
     the round (a resume draws the same), none already drawn in the step. Fewer than `n`
     when the split runs out."""
-    seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + round_
+    # a stream of its own: an arithmetic seed such as (seed, step) -> 101 * step + round
+    # would be another step's seed, and replay that step's tasks
+    seed = episode_seed(cfg.trainer.seed, "refill", step, round_)
     pool = probe.sample_tasks(n + len(drawn), seed=seed, split=cfg.env.train_split)
     return [task for task in pool if str(task.get("id")) not in drawn][:n]
 

@@ -104,7 +104,7 @@ def grpo_step(
         )
     )
     metrics = update_on_groups(sampled.train, learner, cfg, sampled=sampled.drawn)
-    metrics.update(sampled.metrics())
+    metrics.update(sampled.metrics(cfg.dynamic_sampling is not None))
     policy.sampler.policy_version += 1
     drawn = [e for g in sampled.drawn for e in g]
     metrics["train/reused_episodes"] = float(sum(e.episode_id in (done or {}) for e in drawn))
@@ -163,7 +163,7 @@ def has_signal(group: Sequence[Episode], cfg: GRPOConfig) -> bool:
 
 def _nonzero(a: Any) -> bool:
     if isinstance(a, float | int):
-        return abs(a) > 1e-8
+        return abs(a) > 1e-6  # above float32 rounding of an exact 0
     return any(_nonzero(x) for x in a)
 
 

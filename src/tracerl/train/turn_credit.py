@@ -79,13 +79,13 @@ def turn_level_advantages(
     turns = Turns(
         episode_T=torch.tensor([r["episode"] for r in rows], dtype=torch.long),
         index_T=torch.tensor([r["index"] for r in rows], dtype=torch.long),
-        reward_T=torch.tensor([r["reward"] for r in rows], dtype=torch.float32),
+        reward_T=torch.tensor([r["reward"] for r in rows], dtype=torch.float64),
         eligible_T=torch.tensor([r["eligible"] for r in rows], dtype=torch.bool),
         state_T=torch.tensor([r["state"] for r in rows], dtype=torch.long),
     )
     adv_T = get_turn_advantage(estimator)(
         turns,
-        torch.tensor(outcome, dtype=torch.float32),
+        torch.tensor(outcome, dtype=torch.float64),
         group_B,
         torch.tensor(list(eligible), dtype=torch.bool),
         **params,
