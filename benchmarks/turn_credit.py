@@ -144,6 +144,7 @@ def table(results: list[dict[str, Any]]) -> str:
         m, se = mean_se([r["heldout_em"] for r in rs])
         at = [em_within(r["curve"], budget) for r in rs]
         at_m, at_se = mean_se([x for x in at if x is not None])
+        equal = f"{at_m:.3f} ± {at_se:.3f}" if arm.endswith(DYNAMIC) else "–"
         lines.append(
             f"| {arm} | {m:.3f} ± {se:.3f} | "
             + ", ".join(f"{r['heldout_em']:.3f}" for r in rs)
@@ -153,7 +154,7 @@ def table(results: list[dict[str, Any]]) -> str:
             + f" | {statistics.mean(r['episodes_sampled'] for r in rs):.0f}"
             + f" | {statistics.mean(r['train_compute_s'] for r in rs) / 60:.1f} min"
             + f" | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} min"
-            + f" | {at_m:.3f} ± {at_se:.3f} |"
+            + f" | {equal} |"
         )
     return "\n".join(lines)
 
