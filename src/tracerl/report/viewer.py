@@ -109,14 +109,8 @@ def _steps_table(ep: EpisodeRecord) -> str:
 
 
 def _step_rewards(ep: EpisodeRecord) -> dict[Any, dict[str, float]]:
-    """Per step: what each per-step reward component paid it (from the episode's reward
-    breakdown; empty when no component was scored per step)."""
-    r = ep.trajectories[0].reward if ep.trajectories else None
-    out: dict[Any, dict[str, float]] = {}
-    for c in (r or {}).get("components", []):
-        for s in c.get("steps") or []:
-            out.setdefault(s["step"], {})[c["name"]] = s["contribution"]
-    return out
+    """Per step: what each per-step reward component paid it (empty when none did)."""
+    return ep.reward.step_components() if ep.reward is not None else {}
 
 
 def _step_reward_cell(by: dict[str, float]) -> str:

@@ -346,6 +346,8 @@ async def _consume_step(
         sample_weights=weights,
         lr_scale=scale,
         sampled=[*taken, *aside] if ds is not None else None,
+        # under dynamic sampling every taken group was checked: it has signal
+        signal=[True] * len(taken) + [False] * len(aside) if ds is not None else None,
     )
     if sampler.policy_version == version_before:  # no optimizer step ran (no eligible rows)
         sampler.policy_version += 1

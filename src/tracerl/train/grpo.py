@@ -103,7 +103,9 @@ def grpo_step(
             tasks, run_round, lambda g: has_signal(g, cfg), cfg.dynamic_sampling, refill
         )
     )
-    metrics = update_on_groups(sampled.train, learner, cfg, sampled=sampled.drawn)
+    metrics = update_on_groups(
+        sampled.train, learner, cfg, sampled=sampled.drawn, signal=sampled.signal
+    )
     metrics.update(sampled.metrics(cfg.dynamic_sampling is not None))
     policy.sampler.policy_version += 1
     drawn = [e for g in sampled.drawn for e in g]
@@ -175,12 +177,14 @@ def update_on_groups(
     sample_weights: Sequence[float] | None = None,
     lr_scale: float = 1.0,
     sampled: Sequence[Sequence[Episode]] | None = None,
+    signal: Sequence[bool] | None = None,
 ) -> dict[str, float]:
     """Rewards, eligibility, advantages per group, one learner update, and the step's
     metrics. `sample_weights` (one per episode, mean 1) and `lr_scale` come from staleness
     in asynchronous training (`tracerl.algos.staleness`). `sampled`: every group the step
     sampled, when some were left out of the update (dynamic sampling): the rollout and
-    reward metrics describe them all, so filtering cannot flatter the training curve."""
+    reward metrics describe them all, so filtering cannot flatter the training curve.
+    `signal`: whether each of those groups has signal, when the caller knows already."""
     episodes = [e for g in groups for e in g]
     rewards, eligible, advantages = episode_advantages(groups, cfg)
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
@@ -203,6 +207,7 @@ def update_on_groups(
     metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
     metrics["train/ineligible_episodes"] = float(sum(not ok for ok in ok_seen))
-    signal = [has_signal(g, cfg) for g in seen]
+    if signal is None:
+        signal = [has_signal(g, cfg) for g in seen]
     metrics.update(signal_metrics(signal))
     return metrics

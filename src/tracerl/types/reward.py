@@ -103,11 +103,7 @@ class RewardBreakdown:
         """Each step's own reward: the sum of the per-step components' contributions to it
         (steps no per-step component scored are absent). The rest of the total is the
         episode's outcome part."""
-        out: dict[int, float] = {}
-        for c in self.components:
-            for s in c.steps or ():
-                out[s.step] = out.get(s.step, 0.0) + s.contribution
-        return out
+        return {k: sum(by.values()) for k, by in self.step_components().items()}
 
     def step_components(self) -> dict[int, dict[str, float]]:
         """Per step: each per-step component's contribution to it, by component name."""
