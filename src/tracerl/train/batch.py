@@ -42,6 +42,13 @@ class Batch:
     def padded_tokens(self) -> int:
         return self.input_ids_B_T.numel()
 
+    @property
+    def cost(self) -> int:
+        """Token positions the decoder runs (the shared prefix once): what a rank's share of
+        a step is balanced on."""
+        b, t = self.input_ids_B_T.shape
+        return self.prefix_len + b * (t - self.prefix_len)
+
 
 def padded_batch(
     trajectories: Sequence[Trajectory],

@@ -14,6 +14,12 @@ is the same model with its adapters disabled, see `tracerl.train.lora`); `torch.
 the decoder for the learner's forward and backward (the sampler keeps the eager model);
 gradient checkpointing of the decoder layers (less activation memory, ~30% more compute).
 The caller bumps the sampler's `policy_version` after an update.
+
+Across processes (`tracerl.distributed`): every rank builds the same micro-batches and loss
+weights from the whole step, runs its share (balanced by padded tokens), and a `Strategy`
+sums the gradients (``ddp``) or shards everything (``fsdp2``); the step's loss, gradient
+norm and update are the single-process ones. Rank 0 sends each call to the other ranks
+first (`channel`, `tracerl.distributed.group`).
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import torch
 
 from tracerl.algos.kl import kl as kl_estimate
 from tracerl.algos.losses import ClipConfig, PolicyLossInput, aggregate, ppo_clip
-from tracerl.train.batch import bucketed_batches, shared_prefix_batches
+from tracerl.distributed.strategy import Strategy
+from tracerl.train.batch import Batch, bucketed_batches, shared_prefix_batches
 from tracerl.train.logprobs import token_logprobs
-from tracerl.train.lora import Reference
+from tracerl.train.lora import Reference, is_lora
 from tracerl.types import Trajectory
 
 
@@ -68,21 +75,44 @@ def _micro_batch_weights(batches: list[Any], agg: str, total_tokens: float) -> l
 
 
 class Learner:
-    def __init__(self, model: Any, config: LearnerConfig | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        config: LearnerConfig | None = None,
+        strategy: Strategy | None = None,
+        channel: Any = None,
+    ) -> None:
         self.model = model
+        """The whole model: the sampler's (on rank 0), what checkpoints and weight syncs read."""
         self.cfg = config or LearnerConfig()
-        self._params = params = [p for p in model.parameters() if p.requires_grad]
-        # fused: one kernel per parameter, no foreach temporaries the size of the model
-        self.optimizer = torch.optim.AdamW(
-            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=True
-        )
-        self.reference = Reference(model) if self.cfg.kl_coef > 0 else None
+        self.strategy = strategy or Strategy()
+        self.channel = channel
+        """Rank 0 of several: sends each call to the other ranks (`tracerl.distributed`)."""
+        if self.cfg.compile and self.strategy.name == "fsdp2":
+            raise ValueError(
+                "trainer.compile is not supported with trainer.learner.strategy=fsdp2 "
+                "(the sharded decoder is not compiled here): turn one of them off"
+            )
+        if channel is not None:
+            channel.send("init")
         if self.cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
             # generation must still use the KV cache (checkpointing turns it off)
             model.config.use_cache = True
+        # a frozen copy of the full weights, taken before any sharding
+        full_reference = self.cfg.kl_coef > 0 and not is_lora(model)
+        self.reference = Reference(model) if full_reference else None
+        self.trained = self.strategy.prepare(model)
+        """The module this rank trains: `model` itself, or (fsdp2) its sharded copy."""
+        if self.cfg.kl_coef > 0 and self.reference is None:
+            self.reference = Reference(self.trained)  # LoRA: adapters off, no copy
+        self._params = params = [p for p in self.trained.parameters() if p.requires_grad]
+        # fused: one kernel per parameter, no foreach temporaries the size of the model
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=True
+        )
         self._body = None
         if self.cfg.compile:
             self._body = torch.compile(model.get_decoder(), dynamic=True)
@@ -96,8 +126,9 @@ class Learner:
         training bumps the sampler's policy version there, atomically with the weights)."""
 
     def _logprobs(self, batch: Any, model: Any = None, body: Any = None) -> torch.Tensor:
-        return token_logprobs(
-            model if model is not None else self.model,
+        return self.strategy.run(
+            token_logprobs,
+            model if model is not None else self.trained,
             batch.input_ids_B_T,
             batch.attention_mask_B_T,
             temperature=self.cfg.temperature,
@@ -121,32 +152,49 @@ class Learner:
     ) -> dict[str, float]:
         """One policy update on these rows (advantage 0 rows still shape the mean).
         `lr_scale` multiplies the learning rate for this update only (staleness)."""
+        if self.channel is not None:
+            self.channel.send("update", _slim(trajectories), list(advantages), lr_scale)
+        return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
+
+    def apply_update(
+        self,
+        trajectories: Sequence[Trajectory],
+        advantages: Sequence[float],
+        *,
+        lr_scale: float = 1.0,
+    ) -> dict[str, float]:
+        """`update` on this rank alone (the other ranks make the same call)."""
         c = self.cfg
         share = c.share_prefix and not (c.gradient_checkpointing or c.compile)
+        share = share and self.strategy.shares_prefix
         make_batches = shared_prefix_batches if share else bucketed_batches
         batches = make_batches(trajectories, advantages, c.micro_batch_tokens)
         total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
         if total == 0:
             return {"train/policy_tokens": 0.0}
-        refs = [self._reference_logprobs(b) for b in batches] if self.reference else None
         weights = _micro_batch_weights(batches, self.cfg.clip.agg, total)
         clip = self.cfg.clip
         if clip.agg == "seq-mean-token-sum-norm" and clip.norm_tokens is None:
             # one constant for the whole step (not each micro-batch's padded width)
             width = max(b.input_ids_B_T.shape[1] for b in batches)
             clip = dataclasses.replace(clip, norm_tokens=width)
+        n_batches = len(batches)
+        mine, passes = self.strategy.shard([b.cost for b in batches])
+        batches, weights = [batches[i] for i in mine], [weights[i] for i in mine]
+        refs = [self._reference_logprobs(b) for b in batches] if self.reference else None
         sums: dict[str, float] = {}
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr * lr_scale
-        with _training_mode(self.model, self.cfg.gradient_checkpointing):
-            grad_norm = self._epochs(batches, weights, refs, clip, sums)
+        with _training_mode(self.trained, self.cfg.gradient_checkpointing):
+            grad_norm = self._epochs(batches, weights, refs, clip, sums, passes)
+        sums = self.strategy.reduce_metrics(sums)
         self.updates += 1
         out = {f"train/{k}": v for k, v in sums.items()}
         out.update(
             {
                 "train/grad_norm": grad_norm,
                 "train/policy_tokens": total,
-                "train/micro_batches": float(len(batches)),
+                "train/micro_batches": float(n_batches),
             }
         )
         return out
@@ -158,15 +206,24 @@ class Learner:
         refs: list[torch.Tensor] | None,
         clip: ClipConfig,
         sums: dict[str, float],
+        passes: int,
     ) -> float:
-        """K epochs over the micro-batches; adds the metrics into `sums` (each micro-batch
-        weighted by its share, averaged over epochs; keys ending in ``_max`` take the max over
-        every micro-batch and epoch instead), returns the last gradient norm."""
+        """K epochs over this rank's micro-batches, then `passes - len(batches)` zero-loss
+        passes (a sharded model's collectives need every rank's); adds the metrics into `sums`
+        (each micro-batch weighted by its share, averaged over epochs; keys ending in ``_max``
+        take the max over every micro-batch and epoch instead), returns the last gradient
+        norm (of the whole step's gradient)."""
         olds: list[torch.Tensor] = []
         grad_norm = 0.0
+        scale = self.strategy.loss_scale
         for epoch in range(self.cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for i, (b, share) in enumerate(zip(batches, weights, strict=True)):
+            for i in range(passes):
+                self.strategy.before_backward(last=i == passes - 1)
+                if i >= len(batches):
+                    self._idle_pass(batches)
+                    continue
+                b, share = batches[i], weights[i]
                 lp = self._logprobs(b, body=self._body)
                 if epoch == 0:  # the weights that sampled: the ratio's denominator
                     olds.append(lp.detach())
@@ -179,19 +236,46 @@ class Learner:
                     kl_loss = aggregate(k, b.loss_mask_B_T.to(k.dtype), clip.agg, clip.norm_tokens)
                     loss = loss + self.cfg.kl_coef * kl_loss
                     m["kl"] = kl_loss.item()
-                (loss * share).backward()
+                (loss * (share * scale)).backward()
                 for key, v in {"loss": loss.item(), **m}.items():
                     if key.endswith("_max"):  # a max over the step, not a weighted mean
                         if share > 0:  # a micro-batch without policy tokens has no max
                             sums[key] = max(sums.get(key, v), v)
                     else:
                         sums[key] = sums.get(key, 0.0) + v * share / self.cfg.epochs
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm))
+            self.strategy.reduce_gradients(self._params)
+            grad_norm = self.strategy.clip(self._params, self.cfg.max_grad_norm)
+            self._step(last=epoch == self.cfg.epochs - 1)
+        return grad_norm
+
+    def _step(self, last: bool) -> None:
+        """The optimizer step; after the last epoch's, the sampler's weights are the new
+        ones (`after_update` runs under the same lock)."""
+        if not self.strategy.shards_weights:  # the optimizer writes the sampler's weights
             with self.weights_lock:
                 self.optimizer.step()
-                if epoch == self.cfg.epochs - 1 and self.after_update is not None:
+                if last and self.after_update is not None:
                     self.after_update()
-        return grad_norm
+            return
+        self.optimizer.step()  # a sharded copy: the sampler reads on meanwhile
+        if last:
+            gathered = self.strategy.gather_weights()
+            with self.weights_lock:
+                self.strategy.publish(self.model, gathered)
+                if self.after_update is not None:
+                    self.after_update()
+
+    def _idle_pass(self, batches: list[Any]) -> None:
+        """A forward and backward whose loss is multiplied by zero: every parameter gets a
+        (zero) gradient and joins the collectives, nothing changes."""
+        ids = batches[0].input_ids_B_T[:1, :2] if batches else torch.zeros(1, 2, dtype=torch.long)
+        device = self._params[0].device if self._params else ids.device
+        ids = ids.to(device)
+        one = torch.ones_like(ids)
+        mask = torch.zeros(ids.shape, dtype=torch.float32, device=device)
+        mask[:, -1] = 1.0
+        lp = self._logprobs(Batch(ids, one, mask, torch.zeros_like(mask), mask[:, 0] * 0, []))
+        (lp.sum() * 0.0).backward()
 
 
 @contextlib.contextmanager
@@ -208,3 +292,9 @@ def _training_mode(model: Any, on: bool) -> Iterator[None]:
         yield
     finally:
         model.train(was)
+
+
+def _slim(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+    """What the other ranks need of a step's trajectories: the tokens, their authors and
+    log-probs (not the steps, receipts and rewards)."""
+    return [dataclasses.replace(t, steps=(), receipt=None, reward=None) for t in trajectories]
