@@ -311,6 +311,8 @@ def train(
     """Train with GRPO, synchronous or asynchronous (trainer.mode: async).
 
     Writes the run directory runs/NAME: episodes, metrics, checkpoints, and the dashboard.
+    Across processes: `torchrun --nproc-per-node N -m tracerl train CONFIG
+    trainer.learner.strategy=ddp` (or fsdp2); rank 0 writes the run.
     The config is checked first (environment, splits, reward, model spec): a mistake stops
     the command before any model loads or anything is written."""
     from tracerl.config import dump_config
@@ -321,10 +323,15 @@ def train(
     if print_config:
         sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
+    from tracerl.distributed.group import follow, launch
     from tracerl.report.progress import RichProgress
 
-    with RichProgress(console) as bars:
-        run_training(cfg, resume=resume, progress=bars, prepared=prepared)
+    with launch(cfg) as here:  # under torchrun: rank 0 drives, the other ranks only learn
+        if not here.ranks.main:
+            follow(cfg, log=lambda line: err_console.print(line, markup=False))
+            return
+        with RichProgress(console) as bars:
+            run_training(cfg, resume=resume, progress=bars, prepared=prepared)
     from tracerl.report.terminal import print_evals
 
     print_evals(cfg.run_dir, console)

@@ -125,6 +125,24 @@ class EnvConfig(_Config):
     link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""
 
 
+class LearnerPlacement(_Config):
+    """How the learner spans processes (`tracerl.distributed`); launch the run with
+    ``torchrun --nproc-per-node N -m tracerl train CONFIG``. See docs/scaleout.md."""
+
+    strategy: Literal["single", "ddp", "fsdp2"] = "single"
+    """``single``: one process. ``ddp``: each rank a whole copy of the model, a share of
+    each step's micro-batches (by token count), gradients summed across ranks. ``fsdp2``:
+    parameters, gradients and optimizer state sharded across ranks (``fully_shard``), each
+    decoder layer gathered only while it runs. Either way the step's loss, gradient norm
+    and update are the single-process ones; rank 0 drives rollouts and writes the run."""
+    timeout_s: float = Field(600.0, gt=0)
+    """The most one learner collective may wait for a rank that hangs before the run stops
+    with an error (a rank that dies is seen at once)."""
+    wait_timeout_s: float = Field(86_400.0, gt=0)
+    """The most the learner ranks wait for rank 0's next call (its rollouts and evaluations
+    run in between)."""
+
+
 class StalenessLR(_Config):
     """``lr_eff = lr * f(s)`` for a sample `s` policy versions old (async training)."""
 
@@ -287,6 +305,8 @@ class TrainerConfig(_Config):
     """torch.compile the decoder for the learner's forward and backward."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward: less memory, ~30% more learner time."""
+    learner: LearnerPlacement = Field(default_factory=lambda: LearnerPlacement())
+    """Across processes: data-parallel or sharded (``torchrun``); one process by default."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only before the first and after the last step)."""
     checkpoint_every: int = Field(1, ge=1)
@@ -317,6 +337,15 @@ class TrainerConfig(_Config):
     ``exclude``)."""
     rollout: RolloutBackendConfig = Field(default_factory=lambda: RolloutBackendConfig())
     """Where episodes run: in this process (default) or in Ray rollout workers."""
+
+    @model_validator(mode="after")
+    def _compile_unsharded(self) -> TrainerConfig:
+        if self.compile and self.learner.strategy == "fsdp2":
+            raise ValueError(
+                "trainer.compile is not supported with trainer.learner.strategy=fsdp2: "
+                "turn one of them off"
+            )
+        return self
 
     @model_validator(mode="after")
     def _is_mask_range(self) -> TrainerConfig:

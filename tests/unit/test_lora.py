@@ -92,14 +92,14 @@ def test_a_lora_checkpoint_holds_the_adapters_and_restores_them(tiny, lora_model
     learner = Learner(lora_model, LearnerConfig(lr=1e-2, micro_batch_tokens=64))
     learner.update(trajs, [1.0, -1.0])
     sampler = HFSampler(lora_model)
-    save_checkpoint(tmp_path, 0, lora_model, learner.optimizer, sampler, {})
+    save_checkpoint(tmp_path, 0, lora_model, learner, sampler, {})
     saved = torch.load(tmp_path / "checkpoints/step_0/model.pt", weights_only=True)
     assert saved and all("lora_" in k for k in saved)
     expected = _logprob(lora_model, trajs)
 
     fresh = apply_lora(copy.deepcopy(tiny.model), r=4, alpha=8)
     assert is_lora(fresh) and set(trainable_state(fresh)) == set(saved)
-    restore(latest_checkpoint(tmp_path), fresh, Learner(fresh).optimizer, HFSampler(fresh))
+    restore(latest_checkpoint(tmp_path), fresh, Learner(fresh), HFSampler(fresh))
     assert torch.allclose(_logprob(fresh, trajs), expected, atol=1e-6)
 
 

@@ -1,6 +1,12 @@
 """Checkpoints: ``checkpoints/step_<n>/`` with the model, the optimizer, every RNG and the
 loop's state (step, policy version). Written under a temporary name and renamed into place,
-so a checkpoint folder that exists is complete; the newest two are kept."""
+so a checkpoint folder that exists is complete; the newest two are kept.
+
+One format for every learner strategy: the model's full state dict (LoRA: the adapters),
+and the optimizer's state keyed by parameter name
+(`tracerl.distributed.strategy.named_optimizer_state`), gathered on rank 0 from a sharded
+learner. A single-process run resumes a ``ddp`` or ``fsdp2`` run's checkpoint, and the
+reverse; checkpoints from before (the optimizer's integer-keyed state) still load."""
 
 from __future__ import annotations
 
@@ -28,15 +34,18 @@ class Checkpoint:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: Any, optimizer: Any, sampler: Any, extra: dict[str, Any]
+    run_dir: Path, step: int, model: Any, learner: Any, sampler: Any, extra: dict[str, Any]
 ) -> Path:
+    """`learner`: None before RL's optimizer exists (after a warm start)."""
     target = run_dir / "checkpoints" / f"step_{step}"
+    # every learner rank takes part in gathering the optimizer's state, before any write
+    optimizer_state = learner.optimizer_state() if learner is not None else None
 
     def write(folder: Path) -> None:
         folder.mkdir(parents=True)
         torch.save(trainable_state(model), folder / "model.pt")  # LoRA: the adapters only
-        if optimizer is not None:  # None: before RL's optimizer exists (after a warm start)
-            torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+        if optimizer_state is not None:
+            torch.save(optimizer_state, folder / "optimizer.pt")
         torch.save(
             {
                 "torch": torch.get_rng_state(),
@@ -78,7 +87,9 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     return Checkpoint(state["step"], state["policy_version"], path)
 
 
-def restore(ckpt: Checkpoint, model: Any, optimizer: Any, sampler: Any) -> None:
+def restore(ckpt: Checkpoint, model: Any, learner: Any, sampler: Any) -> None:
+    """Load `ckpt` into `model` (rank 0's) and `learner` (every rank's), the RNGs and the
+    sampler's policy version."""
     state = torch.load(ckpt.path / "model.pt", weights_only=True, map_location="cpu")
     if is_lora(model):  # adapters only: every one of them must be there
         missing = set(trainable_state(model)) - set(state)
@@ -87,8 +98,10 @@ def restore(ckpt: Checkpoint, model: Any, optimizer: Any, sampler: Any) -> None:
         model.load_state_dict(state, strict=False)
     else:
         model.load_state_dict(state)
+    optimizer_state = None
     if (ckpt.path / "optimizer.pt").exists():
-        optimizer.load_state_dict(torch.load(ckpt.path / "optimizer.pt", weights_only=True))
+        optimizer_state = torch.load(ckpt.path / "optimizer.pt", weights_only=True)
+    learner.load_state(optimizer_state)
     rng = torch.load(ckpt.path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

@@ -152,9 +152,44 @@ class Learner:
     ) -> dict[str, float]:
         """One policy update on these rows (advantage 0 rows still shape the mean).
         `lr_scale` multiplies the learning rate for this update only (staleness)."""
+        if self.channel is None:
+            return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
+        self.channel.send("update", _slim(trajectories), list(advantages), lr_scale)
+        with self._collective("the update"):
+            return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's whole state keyed by parameter name, for a checkpoint (gathered
+        from every rank's shard onto rank 0)."""
+        if self.channel is None:
+            return self.strategy.optimizer_state(self.trained, self.optimizer)
+        self.channel.send("optimizer_state")
+        with self._collective("gathering the optimizer state"):
+            return self.strategy.optimizer_state(self.trained, self.optimizer)
+
+    def load_state(self, optimizer_state: dict[str, Any] | None) -> None:
+        """After a checkpoint's weights were loaded into `model`: the trained weights (every
+        rank's) become them, and the optimizer takes `optimizer_state` (None: fresh)."""
         if self.channel is not None:
-            self.channel.send("update", _slim(trajectories), list(advantages), lr_scale)
-        return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
+            self.channel.send("load")
+        with self._collective("loading the checkpoint"):
+            self.strategy.load(self.model, self.trained, self.optimizer, optimizer_state)
+
+    @contextlib.contextmanager
+    def _collective(self, what: str) -> Iterator[None]:
+        if self.channel is None:
+            yield
+            return
+        from tracerl.distributed.group import RankLost
+
+        try:
+            yield
+        except RuntimeError as e:
+            if isinstance(e, RankLost):
+                raise
+            raise RankLost(
+                f"{what} failed across the learner ranks (one stopped, or lost its connection): {e}"
+            ) from e
 
     def apply_update(
         self,

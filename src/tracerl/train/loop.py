@@ -31,6 +31,7 @@ from typing import Any
 
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
+from tracerl.distributed.group import make_learner
 from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
 from tracerl.envs.registry import env_factory
@@ -131,6 +132,20 @@ def train(
 def build_policy(cfg: RunConfig, spec: str | None = None) -> tuple[Any, BatchedHFSampler, Policy]:
     """The configured model (or `spec`, e.g. an SFT checkpoint, placed the same way; LoRA
     only on the configured model), its batched sampler and the policy around them."""
+    bundle = build_model(cfg, spec)
+    sampler = BatchedHFSampler(
+        bundle.model,
+        temperature=cfg.model.temperature,
+        seed=cfg.trainer.seed,
+        max_batch_size=cfg.model.max_batch_size,
+    )
+    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
+    return bundle, sampler, Policy.from_bundle(bundle, sampler, parser)
+
+
+def build_model(cfg: RunConfig, spec: str | None = None) -> Any:
+    """The configured model's bundle (or `spec`'s), placed, with LoRA on the configured
+    model: what every learner rank builds."""
     from tracerl.models import load
 
     spec = spec or cfg.model.spec
@@ -140,14 +155,7 @@ def build_policy(cfg: RunConfig, spec: str | None = None) -> tuple[Any, BatchedH
         bundle.model = apply_lora(
             bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed
         )
-    sampler = BatchedHFSampler(
-        bundle.model,
-        temperature=cfg.model.temperature,
-        seed=cfg.trainer.seed,
-        max_batch_size=cfg.model.max_batch_size,
-    )
-    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
-    return bundle, sampler, Policy.from_bundle(bundle, sampler, parser)
+    return bundle
 
 
 def train_tasks(cfg: RunConfig, probe: Any, step: int, n: int | None = None) -> list[dict]:
@@ -202,14 +210,14 @@ def _train(
                 cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish
             )
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
-    learner = Learner(bundle.model, learner_config(cfg))
+    learner = make_learner(bundle.model, learner_config(cfg))  # across ranks under torchrun
     if backend is not None and hasattr(sampler, "_model_lock"):
         # a turn served from the learner's weights may still run (for a lost worker) during
         # an update
         learner.weights_lock = sampler._model_lock
     start = 0
     if ckpt is not None:
-        restore(ckpt, bundle.model, learner.optimizer, sampler)
+        restore(ckpt, bundle.model, learner, sampler)
         publish()
         start = ckpt.step + 1
         trim_metrics(run_dir, ckpt.step)
@@ -255,9 +263,7 @@ def _train(
             )
         bars.step_done()
         if (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1 or stop.requested:
-            save_checkpoint(
-                run_dir, step, bundle.model, learner.optimizer, sampler, {"seed": t.seed}
-            )
+            save_checkpoint(run_dir, step, bundle.model, learner, sampler, {"seed": t.seed})
         if stop.requested:
             log(f"stopped by a signal after step {step}; checkpoint written")
         publish()  # before the evaluation after the step and the next step's rollouts

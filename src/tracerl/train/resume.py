@@ -4,8 +4,9 @@ A resumed run continues the same experiment. Its receipts, checkpoints and curve
 under the config in ``RUN/config.yaml``; resuming with another environment, reward, model or
 learning rate would mix two experiments under one name. So a resume is refused (with the
 keys that differ) unless only these change: more or fewer steps, evaluation and checkpoint
-cadence, compilation and memory settings, where rollouts run and what samples them (the
-engine), and the metric sinks.
+cadence, compilation and memory settings, how many processes the learner spans and how
+(`trainer.learner`: checkpoints are the same for every strategy), where rollouts run and
+what samples them (the engine), and the metric sinks.
 
 `trim_metrics` and `has_eval` put ``metrics.jsonl`` back where the checkpoint stands: lines
 of steps it does not contain are redone, so they are dropped first.
@@ -29,6 +30,7 @@ MAY_CHANGE = (
     "trainer.compile",
     "trainer.gradient_checkpointing",
     "trainer.micro_batch_tokens",
+    "trainer.learner",
     "trainer.rollout",
     "model.max_batch_size",
     "model.device",

@@ -1,0 +1,170 @@
+"""A training run over several learner processes: rank 0 drives, the others learn.
+
+Under ``torchrun --nproc-per-node N -m tracerl train CONFIG``, every process reads the same
+config. Rank 0 runs `tracerl.train.loop.train` as a single process would: rollouts, the
+episodes, metrics, checkpoints, evaluation and the report, and with the Ray backend the
+Ray driver. The other ranks hold a learner only (`follow`): each call rank 0's learner
+makes (create, update, gather the optimizer's state for a checkpoint, load a checkpoint,
+stop) is first broadcast to them on a `Channel`, and they make the same call, so the
+collectives inside it pair up.
+
+A rank that dies breaks the next collective at once (gloo and NCCL see the connection
+close; torchrun also stops the other processes): rank 0 reports a `RankLost` and exits.
+The newest checkpoint is whole (checkpoints are written atomically, `tracerl.train.
+checkpoint`), so ``--resume`` continues from it, reusing every episode already written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+from tracerl.distributed.ranks import (
+    Ranks,
+    close_process_group,
+    init_process_group,
+    launched,
+)
+from tracerl.distributed.strategy import Strategy, make_strategy
+from tracerl.errors import UserError
+
+RESUME_HINT = (
+    "the newest checkpoint is whole: run the same torchrun command with --resume to "
+    "continue from it (episodes already written are reused)"
+)
+
+
+class RankLost(UserError, RuntimeError):
+    """A learner collective failed: another rank stopped, or lost its connection. Printed
+    without a traceback (it is not rank 0's bug), with how to resume."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, RESUME_HINT)
+
+
+class LaunchError(UserError, ValueError):
+    """The launch and the config disagree (processes vs strategy)."""
+
+
+class Channel:
+    """Rank 0's learner calls, broadcast to the other ranks on a gloo group of their own
+    (also beside NCCL: the calls are small Python objects). Its timeout is the longest
+    the other ranks wait for the next call: rollouts and evaluations run in between."""
+
+    def __init__(self, ranks: Ranks, wait_timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        self.ranks = ranks
+        self.group = dist.new_group(
+            backend="gloo", timeout=datetime.timedelta(seconds=wait_timeout_s)
+        )
+
+    def send(self, command: str, *args: Any) -> None:
+        import torch.distributed as dist
+
+        try:
+            dist.broadcast_object_list([(command, args)], src=0, group=self.group)
+        except RuntimeError as e:
+            raise RankLost(f"a learner rank stopped (before the learner's {command!r}): {e}") from e
+
+    def receive(self) -> tuple[str, tuple[Any, ...]]:
+        import torch.distributed as dist
+
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+
+class Launch:
+    """This process's part in the run: its ranks, the learner strategy, rank 0's channel."""
+
+    def __init__(
+        self, ranks: Ranks, strategy: str = "single", channel: Channel | None = None
+    ) -> None:
+        self.ranks = ranks
+        self.strategy_name = strategy
+        self.channel = channel
+
+    def strategy(self) -> Strategy:
+        return make_strategy(self.strategy_name, self.ranks)
+
+
+_current: list[Launch] = [Launch(Ranks())]
+
+
+def current() -> Launch:
+    """The launch this process is part of (one process of one, outside ``torchrun``)."""
+    return _current[-1]
+
+
+@contextlib.contextmanager
+def launch(cfg: Any) -> Iterator[Launch]:
+    """Join the process group torchrun set up (nothing, for one process) for the run of
+    `cfg`; on the way out rank 0 tells the others to stop, and every rank leaves."""
+    ranks = launched()
+    learner = cfg.trainer.learner
+    if not ranks.distributed:
+        yield current()
+        return
+    if learner.strategy == "single":
+        raise LaunchError(
+            f"launched as {ranks.world_size} processes but trainer.learner.strategy is 'single'",
+            "set trainer.learner.strategy=ddp (or fsdp2), or launch one process",
+        )
+    from tracerl.distributed.ranks import device_of
+
+    init_process_group(ranks, device_of(ranks, cfg.model.device), learner.timeout_s)
+    here = Launch(ranks, learner.strategy, Channel(ranks, learner.wait_timeout_s))
+    _current.append(here)
+    try:
+        yield here
+    finally:
+        _current.pop()
+        if ranks.main:
+            with contextlib.suppress(RankLost):
+                here.channel.send("stop")
+        with contextlib.suppress(RuntimeError):
+            close_process_group()
+
+
+def make_learner(model: Any, config: Any) -> Any:
+    """The learner of this process's launch: rank 0's sends its calls to the others."""
+    from tracerl.train.learner import Learner
+
+    here = current()
+    return Learner(model, config, here.strategy(), channel=here.channel)
+
+
+def follow(cfg: Any, log: Any = print) -> None:
+    """A learner rank (not rank 0): build the model as rank 0 does, then make rank 0's
+    learner calls until it says stop."""
+    from tracerl.train.loop import build_model, learner_config
+
+    here = current()
+    channel = here.channel
+    assert channel is not None and not here.ranks.main
+    model = build_model(cfg).model
+    learner = None
+    log(f"rank {here.ranks.rank}/{here.ranks.world_size}: learner ({here.strategy_name})")
+    while True:
+        command, args = channel.receive()
+        if command == "stop":
+            return
+        if command == "init":
+            from tracerl.train.learner import Learner
+
+            learner = Learner(model, learner_config(cfg), here.strategy())
+            continue
+        if learner is None:
+            raise RuntimeError(f"rank {here.ranks.rank}: {command!r} before the learner exists")
+        if command == "update":
+            trajectories, advantages, lr_scale = args
+            learner.apply_update(trajectories, advantages, lr_scale=lr_scale)
+        elif command == "optimizer_state":
+            learner.optimizer_state()
+        elif command == "load":
+            learner.load_state(None)
+        else:
+            raise RuntimeError(f"rank {here.ranks.rank}: unknown learner call {command!r}")
