@@ -26,6 +26,8 @@ CASES = {
     "fsdp2-token-mean": ("fsdp2", "token-mean", 100),
     "fsdp2-seq-mean": ("fsdp2", "seq-mean-token-sum", 100),
     "fsdp2-one-batch": ("fsdp2", "token-mean", 100_000),  # rank 1 has nothing to run
+    "ddp-kl": ("ddp", "token-mean", 100),  # a KL term against a frozen copy
+    "fsdp2-lora-kl": ("fsdp2", "seq-mean-token-mean", 100),  # adapters only; KL: adapters off
 }
 
 
@@ -53,18 +55,34 @@ def trajectories(seed: int = 0) -> tuple[list[Trajectory], list[float]]:
     return out, advantages
 
 
+def initial_model(case: str) -> Any:
+    """The tiny random model (with LoRA adapters in the LoRA cases), the same on every rank."""
+    from tracerl.models import load
+
+    model = load("tiny-random").model
+    if "lora" in case:
+        from tracerl.train.lora import apply_lora
+
+        model = apply_lora(model, r=4, alpha=8, seed=0)
+        with torch.no_grad():  # B starts at 0: give the adapters something to differ by
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.02, generator=torch.Generator().manual_seed(len(n)))
+    return model
+
+
 def run_case(case: str, ranks: Any = None) -> dict[str, Any]:
     from tracerl.algos.losses import ClipConfig
     from tracerl.distributed import make_strategy
-    from tracerl.models import load
     from tracerl.train.learner import Learner, LearnerConfig
 
     name, agg, micro = CASES[case]
-    model = load("tiny-random").model
+    model = initial_model(case)
     cfg = LearnerConfig(
         lr=1e-3,
         micro_batch_tokens=micro,
         clip=ClipConfig(agg=agg),
+        kl_coef=0.1 if "kl" in case else 0.0,
         share_prefix=name != "fsdp2",  # fsdp2 runs each prompt per row: the reference too
     )
     learner = Learner(model, cfg, make_strategy(name if ranks else "single", ranks))
@@ -72,6 +90,8 @@ def run_case(case: str, ranks: Any = None) -> dict[str, Any]:
     metrics = learner.apply_update(trajs, advantages)
     grads = {}
     for n, p in learner.trained.named_parameters():  # the step's (clipped) gradient
+        if not p.requires_grad:
+            continue
         g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
         grads[n] = g.clone()
     weights = {k: v.clone() for k, v in model.state_dict().items()}

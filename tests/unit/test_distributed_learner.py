@@ -28,9 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.distributed.learner_worker import CASES, run_case, trajectories
+from tests.distributed.learner_worker import CASES, initial_model, run_case, trajectories
 from tracerl.distributed import balance
-from tracerl.models import load
 from tracerl.train.batch import bucketed_batches, shared_prefix_batches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,14 +75,22 @@ def test_a_distributed_update_equals_the_single_process_one(two_ranks, case):
     assert gm["train/grad_norm"] == pytest.approx(wm["train/grad_norm"], rel=5e-5)
     for name, g in want["grads"].items():
         torch.testing.assert_close(got["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
-    before = load("tiny-random").model.state_dict()
+    before = _initial_weights(case)
+    assert set(got["weights"]) == set(before)
     for name, w in got["weights"].items():
+        if name not in got["grads"] and "lora" in case:  # frozen under LoRA: unchanged
+            assert torch.equal(w, before[name]), name
+            continue
         # tied weights (the LM head is the embedding) are one parameter with one gradient
         grad = got["grads"].get(name, got["grads"].get("model.embed_tokens.weight"))
         adam = -1e-3 * grad / (grad.abs() + 1e-8)  # Adam's first step, lr 1e-3, eps 1e-8
         torch.testing.assert_close(w - before[name], adam, rtol=1e-4, atol=1e-7, msg=name)
     if case.startswith("ddp"):
         assert got["replicas_equal"]  # every rank took the same step, bit for bit
+
+
+def _initial_weights(case: str) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in initial_model(case).state_dict().items()}
 
 
 def test_a_strategy_outside_a_launch_is_the_single_process_learner():

@@ -216,7 +216,11 @@ class Learner:
         n_batches = len(batches)
         mine, passes = self.strategy.shard([b.cost for b in batches])
         batches, weights = [batches[i] for i in mine], [weights[i] for i in mine]
-        refs = [self._reference_logprobs(b) for b in batches] if self.reference else None
+        refs = None
+        if self.reference is not None:
+            refs = [self._reference_logprobs(b) for b in batches]
+            for _ in range(passes - len(batches)):  # a sharded reference's gathers pair up
+                self._reference_logprobs(self._idle_batch(batches))
         sums: dict[str, float] = {}
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr * lr_scale
@@ -303,14 +307,16 @@ class Learner:
     def _idle_pass(self, batches: list[Any]) -> None:
         """A forward and backward whose loss is multiplied by zero: every parameter gets a
         (zero) gradient and joins the collectives, nothing changes."""
+        (self._logprobs(self._idle_batch(batches)).sum() * 0.0).backward()
+
+    def _idle_batch(self, batches: list[Any]) -> Batch:
+        """Two tokens, the second a policy token (so the LM head runs too)."""
         ids = batches[0].input_ids_B_T[:1, :2] if batches else torch.zeros(1, 2, dtype=torch.long)
         device = self._params[0].device if self._params else ids.device
         ids = ids.to(device)
-        one = torch.ones_like(ids)
         mask = torch.zeros(ids.shape, dtype=torch.float32, device=device)
         mask[:, -1] = 1.0
-        lp = self._logprobs(Batch(ids, one, mask, torch.zeros_like(mask), mask[:, 0] * 0, []))
-        (lp.sum() * 0.0).backward()
+        return Batch(ids, torch.ones_like(ids), mask, torch.zeros_like(mask), mask[:, 0] * 0, [])
 
 
 @contextlib.contextmanager
