@@ -323,8 +323,8 @@ def train(
     if print_config:
         sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
-    from tracerl.distributed.group import follow, launch
     from tracerl.report.progress import RichProgress
+    from tracerl.train.distributed.group import follow, launch
 
     with launch(cfg) as here:  # under torchrun: rank 0 drives, the other ranks only learn
         if not here.ranks.main:

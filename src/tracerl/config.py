@@ -126,7 +126,7 @@ class EnvConfig(_Config):
 
 
 class LearnerPlacement(_Config):
-    """How the learner spans processes (`tracerl.distributed`); launch the run with
+    """How the learner spans processes (`tracerl.train.distributed`); launch the run with
     ``torchrun --nproc-per-node N -m tracerl train CONFIG``. See docs/scaleout.md."""
 
     strategy: Literal["single", "ddp", "fsdp2"] = "single"

@@ -73,7 +73,7 @@ def initial_model(case: str) -> Any:
 
 def run_case(case: str, ranks: Any = None) -> dict[str, Any]:
     from tracerl.algos.losses import ClipConfig
-    from tracerl.distributed import make_strategy
+    from tracerl.train.distributed import make_strategy
     from tracerl.train.learner import Learner, LearnerConfig
 
     name, agg, micro = CASES[case]
@@ -101,7 +101,7 @@ def run_case(case: str, ranks: Any = None) -> dict[str, Any]:
 def main(out: Path) -> None:
     import torch.distributed as dist
 
-    from tracerl.distributed.ranks import close_process_group, init_process_group, launched
+    from tracerl.train.distributed.ranks import close_process_group, init_process_group, launched
 
     ranks = launched()
     init_process_group(ranks, torch.device("cpu"), timeout_s=120)

@@ -29,8 +29,8 @@ import pytest
 import torch
 
 from tests.distributed.learner_worker import CASES, initial_model, run_case, trajectories
-from tracerl.distributed import balance
 from tracerl.train.batch import bucketed_batches, shared_prefix_batches
+from tracerl.train.distributed import balance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +94,7 @@ def _initial_weights(case: str) -> dict[str, torch.Tensor]:
 
 
 def test_a_strategy_outside_a_launch_is_the_single_process_learner():
-    from tracerl.distributed import make_strategy
+    from tracerl.train.distributed import make_strategy
 
     assert make_strategy("fsdp2").name == "single"
     with pytest.raises(ValueError, match="valid: single, ddp, fsdp2"):

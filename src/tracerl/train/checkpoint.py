@@ -4,7 +4,7 @@ so a checkpoint folder that exists is complete; the newest two are kept.
 
 One format for every learner strategy: the model's full state dict (LoRA: the adapters),
 and the optimizer's state keyed by parameter name
-(`tracerl.distributed.strategy.named_optimizer_state`), gathered on rank 0 from a sharded
+(`tracerl.train.distributed.strategy.named_optimizer_state`), gathered on rank 0 from a sharded
 learner. A single-process run resumes a ``ddp`` or ``fsdp2`` run's checkpoint, and the
 reverse; checkpoints from before (the optimizer's integer-keyed state) still load."""
 

@@ -15,11 +15,11 @@ the decoder for the learner's forward and backward (the sampler keeps the eager 
 gradient checkpointing of the decoder layers (less activation memory, ~30% more compute).
 The caller bumps the sampler's `policy_version` after an update.
 
-Across processes (`tracerl.distributed`): every rank builds the same micro-batches and loss
+Across processes (`tracerl.train.distributed`): every rank builds the same micro-batches and loss
 weights from the whole step, runs its share (balanced by padded tokens), and a `Strategy`
 sums the gradients (``ddp``) or shards everything (``fsdp2``); the step's loss, gradient
 norm and update are the single-process ones. Rank 0 sends each call to the other ranks
-first (`channel`, `tracerl.distributed.group`).
+first (`channel`, `tracerl.train.distributed.group`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import torch
 
 from tracerl.algos.kl import kl as kl_estimate
 from tracerl.algos.losses import ClipConfig, PolicyLossInput, aggregate, ppo_clip
-from tracerl.distributed.strategy import Strategy
 from tracerl.train.batch import Batch, bucketed_batches, shared_prefix_batches
+from tracerl.train.distributed.strategy import Strategy
 from tracerl.train.logprobs import token_logprobs
 from tracerl.train.lora import Reference, is_lora
 from tracerl.types import Trajectory
@@ -87,7 +87,7 @@ class Learner:
         self.cfg = config or LearnerConfig()
         self.strategy = strategy or Strategy()
         self.channel = channel
-        """Rank 0 of several: sends each call to the other ranks (`tracerl.distributed`)."""
+        """Rank 0 of several: sends each call to the other ranks (`tracerl.train.distributed`)."""
         if self.cfg.compile and self.strategy.name == "fsdp2":
             raise ValueError(
                 "trainer.compile is not supported with trainer.learner.strategy=fsdp2 "
@@ -180,7 +180,7 @@ class Learner:
         if self.channel is None:
             yield
             return
-        from tracerl.distributed.group import RankLost
+        from tracerl.train.distributed.group import RankLost
 
         try:
             yield

@@ -31,7 +31,6 @@ from typing import Any
 
 from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
-from tracerl.distributed.group import make_learner
 from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
 from tracerl.envs.registry import env_factory
@@ -47,6 +46,7 @@ from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.distributed.group import make_learner
 from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.grpo import GRPOConfig, grpo_step

@@ -21,14 +21,14 @@ import datetime
 from collections.abc import Iterator
 from typing import Any
 
-from tracerl.distributed.ranks import (
+from tracerl.errors import UserError
+from tracerl.train.distributed.ranks import (
     Ranks,
     close_process_group,
     init_process_group,
     launched,
 )
-from tracerl.distributed.strategy import Strategy, make_strategy
-from tracerl.errors import UserError
+from tracerl.train.distributed.strategy import Strategy, make_strategy
 
 RESUME_HINT = (
     "the newest checkpoint is whole: run the same torchrun command with --resume to "
@@ -113,7 +113,7 @@ def launch(cfg: Any) -> Iterator[Launch]:
             f"launched as {ranks.world_size} processes but trainer.learner.strategy is 'single'",
             "set trainer.learner.strategy=ddp (or fsdp2), or launch one process",
         )
-    from tracerl.distributed.ranks import device_of
+    from tracerl.train.distributed.ranks import device_of
 
     init_process_group(ranks, device_of(ranks, cfg.model.device), learner.timeout_s)
     here = Launch(ranks, learner.strategy, Channel(ranks, learner.wait_timeout_s))

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from tracerl.distributed.ranks import Ranks
-from tracerl.distributed.shards import balance
+from tracerl.train.distributed.ranks import Ranks
+from tracerl.train.distributed.shards import balance
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 _BUCKET = 1 << 24  # elements per all-reduce (64 MB of fp32)
