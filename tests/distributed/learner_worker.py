@@ -1,5 +1,8 @@
 """One learner update on a fixed batch, in one process or as one rank of several.
 
+The ranks other than 0 start from other weights (as after a warm start that only rank 0
+ran): the learner must start every rank, and its KL reference, from rank 0's.
+
 ``python -m tests.distributed.learner_worker OUT`` under ``torchrun`` (or with RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) runs every case of `CASES` with the strategy each
 names and writes rank 0's results to ``OUT/<case>.pt``: the update's metrics and the updated
@@ -26,6 +29,7 @@ CASES = {
     "fsdp2-token-mean": ("fsdp2", "token-mean", 100),
     "fsdp2-seq-mean": ("fsdp2", "seq-mean-token-sum", 100),
     "fsdp2-one-batch": ("fsdp2", "token-mean", 100_000),  # rank 1 has nothing to run
+    "ddp-one-batch": ("ddp", "seq-mean-token-sum-norm", 100_000),  # rank 1 runs nothing
     "ddp-kl": ("ddp", "token-mean", 100),  # a KL term against a frozen copy
     "fsdp2-lora-kl": ("fsdp2", "seq-mean-token-mean", 100),  # adapters only; KL: adapters off
 }
@@ -78,6 +82,10 @@ def run_case(case: str, ranks: Any = None) -> dict[str, Any]:
 
     name, agg, micro = CASES[case]
     model = initial_model(case)
+    if ranks is not None and not ranks.main:  # as after a warm start only rank 0 ran
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
     cfg = LearnerConfig(
         lr=1e-3,
         micro_batch_tokens=micro,

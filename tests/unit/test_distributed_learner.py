@@ -1,7 +1,8 @@
 """One update of the ``ddp`` and ``fsdp2`` learners on 2 CPU processes (gloo) equals the
 single-process learner's on the same batch: loss, gradient norm, gradient and updated
 weights, for token-mean and sequence-mean losses, with ranks running unequal numbers of
-micro-batches (and one rank none at all).
+micro-batches (and one rank none at all), a KL term and LoRA, the other ranks starting from
+other weights than rank 0 (as after rank 0's warm start).
 
 Tolerances, float32 throughout:
 * the loss is a float64 sum of micro-batch losses, each the same float32 computation: 1e-6;

@@ -100,7 +100,10 @@ def restore(ckpt: Checkpoint, model: Any, learner: Any, sampler: Any) -> None:
         model.load_state_dict(state)
     optimizer_state = None
     if (ckpt.path / "optimizer.pt").exists():
-        optimizer_state = torch.load(ckpt.path / "optimizer.pt", weights_only=True)
+        # on the CPU: the optimizer moves it to its parameters (each rank's own device)
+        optimizer_state = torch.load(
+            ckpt.path / "optimizer.pt", weights_only=True, map_location="cpu"
+        )
     learner.load_state(optimizer_state)
     rng = torch.load(ckpt.path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])

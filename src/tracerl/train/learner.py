@@ -101,7 +101,8 @@ class Learner:
             )
             # generation must still use the KV cache (checkpointing turns it off)
             model.config.use_cache = True
-        # a frozen copy of the full weights, taken before any sharding
+        self.strategy.synchronize(model)  # every rank starts from rank 0's weights
+        # a frozen copy of the full weights, taken before any sharding (each rank keeps one)
         full_reference = self.cfg.kl_coef > 0 and not is_lora(model)
         self.reference = Reference(model) if full_reference else None
         self.trained = self.strategy.prepare(model)
@@ -158,9 +159,12 @@ class Learner:
         with self._collective("the update"):
             return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
 
-    def optimizer_state(self) -> dict[str, Any]:
+    def optimizer_state(self) -> dict[str, Any] | None:
         """The optimizer's whole state keyed by parameter name, for a checkpoint (gathered
-        from every rank's shard onto rank 0)."""
+        from every rank's shard onto rank 0); None before its first step (every rank has
+        taken the same steps)."""
+        if not self.optimizer.state:
+            return None
         if self.channel is None:
             return self.strategy.optimizer_state(self.trained, self.optimizer)
         self.channel.send("optimizer_state")
@@ -180,12 +184,12 @@ class Learner:
         if self.channel is None:
             yield
             return
-        from tracerl.train.distributed.group import RankLost
+        from tracerl.train.distributed.group import RankLost, is_collective_failure
 
         try:
             yield
         except RuntimeError as e:
-            if isinstance(e, RankLost):
+            if isinstance(e, RankLost) or not is_collective_failure(e):
                 raise
             raise RankLost(
                 f"{what} failed across the learner ranks (one stopped, or lost its connection): {e}"

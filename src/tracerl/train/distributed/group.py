@@ -8,8 +8,9 @@ makes (create, update, gather the optimizer's state for a checkpoint, load a che
 stop) is first broadcast to them on a `Channel`, and they make the same call, so the
 collectives inside it pair up.
 
-A rank that dies breaks the next collective at once (gloo and NCCL see the connection
-close; torchrun also stops the other processes): rank 0 reports a `RankLost` and exits.
+A rank that dies ends the run: torchrun stops the other processes, and rank 0's next
+collective fails (at once with gloo, which sees the connection close; with NCCL after its
+watchdog, at most `timeout_s`): rank 0 reports a `RankLost` and exits.
 The newest checkpoint is whole (checkpoints are written atomically, `tracerl.train.
 checkpoint`), so ``--resume`` continues from it, reusing every episode already written.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +44,17 @@ class RankLost(UserError, RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, RESUME_HINT)
+
+
+def is_collective_failure(e: BaseException) -> bool:
+    """A failure of torch.distributed's transport (a peer gone, a timeout), not of the
+    computation around it."""
+    import torch.distributed as dist
+
+    if isinstance(e, dist.DistError):
+        return True
+    text = str(e)
+    return any(k in text for k in ("gloo", "NCCL", "Connection closed", "Connection reset"))
 
 
 class LaunchError(UserError, ValueError):
@@ -120,13 +133,15 @@ def launch(cfg: Any) -> Iterator[Launch]:
     _current.append(here)
     try:
         yield here
-    finally:
+    except BaseException:
+        # no "stop", no barrier: the other ranks may be inside a collective this process
+        # will never join; its exit closes the connections, which ends theirs
         _current.pop()
-        if ranks.main:
-            with contextlib.suppress(RankLost):
-                here.channel.send("stop")
-        with contextlib.suppress(RuntimeError):
-            close_process_group()
+        raise
+    _current.pop()
+    if ranks.main:
+        here.channel.send("stop")
+    close_process_group()
 
 
 def make_learner(model: Any, config: Any) -> Any:
@@ -140,14 +155,31 @@ def make_learner(model: Any, config: Any) -> Any:
 def follow(cfg: Any, log: Any = print) -> None:
     """A learner rank (not rank 0): build the model as rank 0 does, then make rank 0's
     learner calls until it says stop."""
-    from tracerl.train.loop import build_model, learner_config
+    from tracerl.train.loop import build_model
 
     here = current()
     channel = here.channel
     assert channel is not None and not here.ranks.main
     model = build_model(cfg).model
-    learner = None
     log(f"rank {here.ranks.rank}/{here.ranks.world_size}: learner ({here.strategy_name})")
+    # Ctrl-C and torchrun's SIGTERM reach every rank: rank 0 finishes its step and writes
+    # a checkpoint (which needs this rank's shards), then says stop
+    old = {sig: signal.signal(sig, _noted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _follow(channel, here, model, cfg)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """A learner rank stops when rank 0 says so (or is gone), not on a signal."""
+
+
+def _follow(channel: Channel, here: Launch, model: Any, cfg: Any) -> None:
+    from tracerl.train.loop import learner_config
+
+    learner = None
     while True:
         command, args = channel.receive()
         if command == "stop":

@@ -4,8 +4,8 @@
 ``LOCAL_RANK`` and the rendezvous address for each process; `launched` reads them (a plain
 ``tracerl train`` is rank 0 of 1). `init_process_group` picks the backend from the device:
 NCCL for GPUs (each rank on ``cuda:LOCAL_RANK``), gloo on CPU. Its timeout bounds every
-collective: a rank that hangs (not one that dies: gloo and NCCL see a closed connection at
-once) stops the others after that long, with an error, instead of freezing the run.
+collective: a rank that hangs (or, with NCCL, one that died: gloo sees the closed connection
+at once) stops the others after that long, with an error, instead of freezing the run.
 """
 
 from __future__ import annotations

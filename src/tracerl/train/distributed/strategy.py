@@ -59,6 +59,9 @@ class Strategy:
     def loss_scale(self) -> float:
         return 1.0
 
+    def synchronize(self, model: Any) -> None:
+        """Every rank's `model` becomes rank 0's (after a warm start only rank 0 trained)."""
+
     def prepare(self, model: Any) -> Any:
         """The module this rank trains (its parameters go to the optimizer)."""
         return model
@@ -109,9 +112,8 @@ class Strategy:
 class DataParallel(Strategy):
     name = "ddp"
 
-    def prepare(self, model: Any) -> Any:
-        _broadcast_module(model)  # the replicas start as rank 0's model
-        return model
+    def synchronize(self, model: Any) -> None:
+        _broadcast_module(model)
 
     def shard(self, costs: Sequence[int]) -> tuple[list[int], int]:
         mine = balance(costs, self.ranks.world_size)[self.ranks.rank]
@@ -121,7 +123,9 @@ class DataParallel(Strategy):
         import torch.distributed as dist
 
         # a parameter no rank used keeps no gradient (AdamW then leaves it alone, as alone)
-        used = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)
+        used = torch.tensor(
+            [p.grad is not None for p in params], dtype=torch.int32, device=_comm_device()
+        )
         dist.all_reduce(used, op=dist.ReduceOp.MAX)
         grads = []
         for p, u in zip(params, used.tolist(), strict=True):
@@ -163,12 +167,14 @@ class FullyShardedDataParallel(Strategy):
     def loss_scale(self) -> float:
         return float(self.ranks.world_size)
 
+    def synchronize(self, model: Any) -> None:
+        _broadcast_module(model)
+
     def prepare(self, model: Any) -> Any:
         from torch.distributed.fsdp import fully_shard
 
         # rank 0 keeps its unsharded model for its sampler; the others shard theirs in place
         trained = copy.deepcopy(model) if self.ranks.main else model
-        _broadcast_module(trained)
         self._trainable = {n for n, p in trained.named_parameters() if p.requires_grad}
         self.root = _Root(trained)
         for layer in _decoder_layers(trained):
@@ -320,9 +326,18 @@ def _merge_metrics(sums: dict[str, float]) -> dict[str, float]:
 def _broadcast_flag(flag: bool, ranks: Ranks) -> bool:
     import torch.distributed as dist
 
-    t = torch.tensor([int(flag) if ranks.main else 0])
+    t = torch.tensor([int(flag) if ranks.main else 0], device=_comm_device())
     dist.broadcast(t, src=0)
     return bool(t.item())
+
+
+def _comm_device() -> torch.device:
+    """Where the default group's small tensors live: NCCL takes GPU tensors only."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _load_optimizer_everywhere(
@@ -330,7 +345,7 @@ def _load_optimizer_everywhere(
 ) -> None:
     import torch.distributed as dist
 
-    box = [optimizer_state if ranks.main else None]
+    box = [optimizer_state if ranks.main else None]  # CPU tensors (restore maps them there)
     dist.broadcast_object_list(box, src=0)
     if box[0] is not None:
         load_named_optimizer_state(module, optimizer, box[0])
