@@ -190,7 +190,9 @@ class FullyShardedDataParallel(Strategy):
         return parts[self.ranks.rank], max(len(p) for p in parts)
 
     def before_backward(self, last: bool) -> None:
-        self.root.set_requires_gradient_sync(last)
+        # reduce-scatter after every micro-batch: deferring it to the last one would keep
+        # an unsharded gradient of the whole model on every rank in between
+        self.root.set_requires_gradient_sync(True)
 
     def clip(self, params: Sequence[torch.nn.Parameter], max_norm: float) -> float:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
