@@ -1,7 +1,8 @@
 """`torchrun --nproc-per-node 2 -m tracerl train` on CPU (gloo): a ``ddp`` run, one of
 whose ranks is killed with SIGKILL, resumes to the end and matches a single-process run's
 metrics step by step; an ``fsdp2`` run's checkpoint resumes in one process, and the
-reverse."""
+reverse. (Two processes with ``strategy: single`` are refused: a unit test,
+`tests/unit/test_distributed_learner.py`.)"""
 
 from __future__ import annotations
 
@@ -122,10 +123,3 @@ def test_checkpoints_move_between_one_process_and_fsdp2(tmp_path, single):
     _finish(_train(out, 1, "trainer.steps=3"))
     _finish(_train(out, 2, "trainer.learner.strategy=fsdp2", "--resume"))
     _assert_same_steps(out / RUN, single)
-
-
-def test_two_processes_need_a_distributed_strategy(tmp_path):
-    proc = _train(tmp_path, 2)  # trainer.learner.strategy left at single
-    text, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert "trainer.learner.strategy" in text and "launched as 2 processes" in text

@@ -100,3 +100,14 @@ def test_a_strategy_outside_a_launch_is_the_single_process_learner():
     assert make_strategy("fsdp2").name == "single"
     with pytest.raises(ValueError, match="valid: single, ddp, fsdp2"):
         make_strategy("zero3")
+
+
+def test_several_processes_need_a_distributed_strategy(monkeypatch):
+    from tracerl.config import RunConfig
+    from tracerl.train.distributed.group import LaunchError, launch
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(LaunchError, match="launched as 2 processes") as e, launch(RunConfig()):
+        pass
+    assert "trainer.learner.strategy=ddp" in e.value.hint  # refused before joining any group
