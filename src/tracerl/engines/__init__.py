@@ -19,6 +19,9 @@ A vLLM server samples in bf16 by default (fast on this CPU's AMX) while the lear
 fp32, so the sampler's log-probs differ from the learner's: the truncated importance
 sampling correction (``trainer.tis_cap``) is on by default, and the dashboard plots the
 sampler-learner log-prob gap every step (``train/logprob_gap_mean``).
+
+`tracerl.engines.judge_client` is the other model endpoint a run may call: a reward judge
+behind any OpenAI-compatible chat endpoint (`tracerl.rewards.judge`).
 """
 
 from __future__ import annotations

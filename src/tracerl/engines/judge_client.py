@@ -1,0 +1,84 @@
+"""The judge's side of the wire: an OpenAI-compatible chat endpoint (vLLM, `tracerl serve`'s
+OpenAI-compatible servers, SGLang, a hosted API), as a `tracerl.rewards.judge.JudgeClient`.
+
+``base_url`` is what the OpenAI SDK calls it (``http://host:8000/v1``); the request is a
+``POST {base_url}/chat/completions`` at temperature 0. The API key comes from the
+environment variable the config names (``api_key_env``), never from the config itself, so
+it never lands in a run directory or a cache. A timeout, a refused connection, an HTTP
+error or a body that is not a chat completion is `JudgeUnavailable` (the judge retries it);
+what the judge replied is parsed by the rubric, not here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import httpx
+
+from tracerl.errors import UserError
+from tracerl.rewards.judge import JudgeReply, JudgeUnavailable
+
+
+class OpenAIJudgeClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = None,
+        timeout_s: float = 60.0,
+        max_tokens: int = 256,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.max_tokens = max_tokens
+        headers = {}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise UserError(
+                    f"judge: the environment variable {api_key_env} (api_key_env) is not set",
+                    f"export {api_key_env}=... with the endpoint's key, or drop api_key_env",
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(headers=headers, timeout=timeout_s)
+
+    def complete(self, messages: list[dict[str, str]]) -> JudgeReply:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0.0,
+            "max_tokens": self.max_tokens,
+        }
+        t0 = time.perf_counter()
+        try:
+            r = self._http.post(self.url, json=body)
+        except httpx.TimeoutException:
+            raise JudgeUnavailable(f"{self.url}: no answer in {self.timeout_s:g} s") from None
+        except httpx.HTTPError as e:
+            raise JudgeUnavailable(f"{self.url}: {type(e).__name__}: {e}") from None
+        latency = time.perf_counter() - t0
+        if r.status_code != 200:
+            raise JudgeUnavailable(f"{self.url}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            data: Any = r.json()
+            text = data["choices"][0]["message"]["content"]
+            usage = data.get("usage") or {}
+            if not isinstance(text, str):
+                raise TypeError(f"content is {type(text).__name__}")
+            return JudgeReply(
+                text,
+                int(usage.get("prompt_tokens", 0)),
+                int(usage.get("completion_tokens", 0)),
+                latency,
+            )
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise JudgeUnavailable(
+                f"{self.url}: not a chat completion ({type(e).__name__}: {e}): {r.text[:200]}"
+            ) from None
+
+    def close(self) -> None:
+        self._http.close()
