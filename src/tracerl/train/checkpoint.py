@@ -3,10 +3,10 @@ loop's state (step, policy version). Written under a temporary name and renamed 
 so a checkpoint folder that exists is complete; the newest two are kept.
 
 One format for every learner strategy: the model's full state dict (LoRA: the adapters),
-and the optimizer's state keyed by parameter name
-(`tracerl.train.distributed.strategy.named_optimizer_state`), gathered on rank 0 from a sharded
-learner. A single-process run resumes a ``ddp`` or ``fsdp2`` run's checkpoint, and the
-reverse; checkpoints from before (the optimizer's integer-keyed state) still load."""
+and the optimizer's state keyed by parameter name (`tracerl.train.distributed.
+optimizer_state`), gathered on rank 0 from a sharded learner. A single-process run resumes
+a ``ddp`` or ``fsdp2`` run's checkpoint, and the reverse; checkpoints from before (the
+optimizer's integer-keyed state) still load."""
 
 from __future__ import annotations
 

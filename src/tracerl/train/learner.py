@@ -153,10 +153,8 @@ class Learner:
     ) -> dict[str, float]:
         """One policy update on these rows (advantage 0 rows still shape the mean).
         `lr_scale` multiplies the learning rate for this update only (staleness)."""
-        if self.channel is None:
-            return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
-        self.channel.send("update", _slim(trajectories), list(advantages), lr_scale)
-        with self._collective("the update"):
+        args = (_slim(trajectories), list(advantages), lr_scale) if self.channel else ()
+        with self._on_every_rank("update", *args):
             return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
 
     def optimizer_state(self) -> dict[str, Any] | None:
@@ -165,34 +163,33 @@ class Learner:
         taken the same steps)."""
         if not self.optimizer.state:
             return None
-        if self.channel is None:
-            return self.strategy.optimizer_state(self.trained, self.optimizer)
-        self.channel.send("optimizer_state")
-        with self._collective("gathering the optimizer state"):
+        with self._on_every_rank("optimizer_state"):
             return self.strategy.optimizer_state(self.trained, self.optimizer)
 
     def load_state(self, optimizer_state: dict[str, Any] | None) -> None:
         """After a checkpoint's weights were loaded into `model`: the trained weights (every
         rank's) become them, and the optimizer takes `optimizer_state` (None: fresh)."""
-        if self.channel is not None:
-            self.channel.send("load")
-        with self._collective("loading the checkpoint"):
+        with self._on_every_rank("load"):
             self.strategy.load(self.model, self.trained, self.optimizer, optimizer_state)
 
     @contextlib.contextmanager
-    def _collective(self, what: str) -> Iterator[None]:
+    def _on_every_rank(self, command: str, *args: Any) -> Iterator[None]:
+        """Rank 0 of several: the other ranks are told to make this call too (`args`: what
+        they need for it), and a transport failure inside it is a `RankLost`."""
         if self.channel is None:
             yield
             return
         from tracerl.train.distributed.group import RankLost, is_collective_failure
 
+        self.channel.send(command, *args)
         try:
             yield
         except RuntimeError as e:
             if isinstance(e, RankLost) or not is_collective_failure(e):
                 raise
             raise RankLost(
-                f"{what} failed across the learner ranks (one stopped, or lost its connection): {e}"
+                f"the learner's {command!r} failed across the learner ranks (one stopped, "
+                f"or lost its connection): {e}"
             ) from e
 
     def apply_update(
@@ -204,8 +201,8 @@ class Learner:
     ) -> dict[str, float]:
         """`update` on this rank alone (the other ranks make the same call)."""
         c = self.cfg
-        share = c.share_prefix and not (c.gradient_checkpointing or c.compile)
-        share = share and self.strategy.shares_prefix
+        share = c.share_prefix and self.strategy.shares_prefix
+        share = share and not (c.gradient_checkpointing or c.compile)
         make_batches = shared_prefix_batches if share else bucketed_batches
         batches = make_batches(trajectories, advantages, c.micro_batch_tokens)
         total = sum(float(b.loss_mask_B_T.sum()) for b in batches)

@@ -24,8 +24,8 @@ rest:
   unsharded model, the one its sampler and every weight sync read.
 
 Checkpoints stay those of a single process: the model's full (or adapter) state dict, and
-the optimizer's state keyed by parameter name (`named_optimizer_state`), gathered on rank 0;
-a single-process run resumes a sharded run's checkpoint and the reverse.
+the optimizer's state keyed by parameter name (`tracerl.train.distributed.optimizer_state`),
+gathered on rank 0; a single-process run resumes a sharded run's checkpoint and the reverse.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ from typing import Any
 
 import torch
 
+from tracerl.train.distributed.optimizer_state import (
+    ROOT_PREFIX,
+    load_named_optimizer_state,
+    named_optimizer_state,
+    with_prefix,
+    without_prefix,
+)
 from tracerl.train.distributed.ranks import Ranks
 from tracerl.train.distributed.shards import balance
 
@@ -212,7 +219,9 @@ class FullyShardedDataParallel(Strategy):
         state = get_model_state_dict(
             self.root, options=self._options(cpu_offload=True, ignore_frozen_params=True)
         )
-        return _unprefixed(state) if self.ranks.main else None
+        if not self.ranks.main:
+            return None
+        return {k.removeprefix(ROOT_PREFIX): v for k, v in state.items()}
 
     def publish(self, model: Any, weights: dict[str, torch.Tensor] | None) -> None:
         if weights is None:
@@ -231,7 +240,7 @@ class FullyShardedDataParallel(Strategy):
 
         options = self._options(cpu_offload=True)
         state = get_optimizer_state_dict(self.root, optimizer, options=options)
-        return _unprefixed_optimizer(state) if self.ranks.main else {}
+        return without_prefix(state) if self.ranks.main else {}
 
     def load(
         self, model: Any, module: Any, optimizer: Any, optimizer_state: dict[str, Any] | None
@@ -242,10 +251,10 @@ class FullyShardedDataParallel(Strategy):
         )
 
         main = self.ranks.main
-        weights = {f"model.{k}": v for k, v in model.state_dict().items()} if main else {}
+        weights = {ROOT_PREFIX + k: v for k, v in model.state_dict().items()} if main else {}
         set_model_state_dict(self.root, weights, options=self._options(broadcast_from_rank0=True))
         if _broadcast_flag(optimizer_state is not None, self.ranks):
-            state = _prefixed_optimizer(module, optimizer_state) if main else {}
+            state = with_prefix(module, optimizer_state) if main else {}
             set_optimizer_state_dict(
                 self.root, optimizer, state, options=self._options(broadcast_from_rank0=True)
             )
@@ -351,80 +360,3 @@ def _load_optimizer_everywhere(
     dist.broadcast_object_list(box, src=0)
     if box[0] is not None:
         load_named_optimizer_state(module, optimizer, box[0])
-
-
-# -- optimizer state keyed by parameter name -------------------------------------------------
-
-
-def named_optimizer_state(module: Any, optimizer: Any) -> dict[str, Any]:
-    """``optimizer.state_dict()`` with parameter names for its integer ids (the form
-    `torch.distributed.checkpoint` writes for a full state): valid across strategies."""
-    names = {id(p): n for n, p in module.named_parameters()}
-    order = [p for g in optimizer.param_groups for p in g["params"]]
-    name_of = {i: names[id(p)] for i, p in enumerate(order)}
-    state = optimizer.state_dict()
-    return {
-        "state": {name_of[i]: s for i, s in state["state"].items()},
-        "param_groups": [
-            {**g, "params": [name_of[i] for i in g["params"]]} for g in state["param_groups"]
-        ],
-    }
-
-
-def load_named_optimizer_state(module: Any, optimizer: Any, state: dict[str, Any]) -> None:
-    """Load `named_optimizer_state`'s form (or, from older checkpoints, the optimizer's own
-    integer-keyed one)."""
-    groups = state.get("param_groups", [])
-    if all(isinstance(i, int) for g in groups for i in g.get("params", [])):
-        optimizer.load_state_dict(state)
-        return
-    names = {id(p): n for n, p in module.named_parameters()}
-    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
-    index = {n: i for i, n in enumerate(order)}
-    wanted = [n for g in groups for n in g["params"]]
-    if sorted(wanted) != sorted(order):
-        unknown = sorted(set(wanted) - set(order))[:3]
-        missing = sorted(set(order) - set(wanted))[:3]
-        raise ValueError(
-            "checkpoint's optimizer state does not match the model's trainable parameters "
-            f"(unknown: {unknown}, missing: {missing}); was it written for another model "
-            "or another LoRA setting?"
-        )
-    optimizer.load_state_dict(
-        {
-            "state": {index[n]: s for n, s in state["state"].items()},
-            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in groups],
-        }
-    )
-
-
-def _unprefixed(state: dict[str, Any], prefix: str = "model.") -> dict[str, Any]:
-    return {k.removeprefix(prefix): v for k, v in state.items()}
-
-
-def _unprefixed_optimizer(state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "state": _unprefixed(state.get("state", {})),
-        "param_groups": [
-            {**g, "params": [p.removeprefix("model.") for p in g["params"]]}
-            for g in state.get("param_groups", [])
-        ],
-    }
-
-
-def _prefixed_optimizer(module: Any, state: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's optimizer state (by name, or integer ids from an older single-process
-    checkpoint) keyed by the root's names (``model.`` + the model's)."""
-    groups = state.get("param_groups", [])
-    if all(isinstance(i, int) for g in groups for i in g.get("params", [])):
-        order = [n for n, p in module.named_parameters() if p.requires_grad]
-        state = {
-            "state": {order[i]: s for i, s in state["state"].items()},
-            "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in groups],
-        }
-    return {
-        "state": {f"model.{k}": v for k, v in state["state"].items()},
-        "param_groups": [
-            {**g, "params": [f"model.{p}" for p in g["params"]]} for g in state["param_groups"]
-        ],
-    }
