@@ -87,11 +87,12 @@ def test_no_verdict_after_the_retries_is_a_failure_that_says_why(tmp_path):
 
 def test_a_damaged_cache_file_is_asked_again(tmp_path):
     cache = VerdictCache(tmp_path)
-    judge = Judge(RUBRIC, ScriptedJudge('{"score": 4}', '{"score": 6}'), cache)
-    judge.verdict("t", "a")
+    Judge(RUBRIC, ScriptedJudge('{"score": 4}'), cache).verdict("t", "a")
     (path,) = tmp_path.rglob("*.json")
     path.write_text('{"value": ')
-    assert judge.verdict("t", "a").verdict.raw == 6
+    client = ScriptedJudge('{"score": 6}')  # the next run
+    assert Judge(RUBRIC, client, cache).verdict("t", "a").verdict.raw == 6
+    assert len(client.requests) == 1
 
 
 def _ctx(answer: str) -> RewardContext:

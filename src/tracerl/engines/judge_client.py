@@ -2,7 +2,8 @@
 OpenAI-compatible servers, SGLang, a hosted API), as a `tracerl.rewards.judge.JudgeClient`.
 
 ``base_url`` is what the OpenAI SDK calls it (``http://host:8000/v1``); the request is a
-``POST {base_url}/chat/completions`` at temperature 0. The API key comes from the
+``POST {base_url}/chat/completions`` at temperature 0 (``temperature``; None sends none,
+for a server that samples at a temperature of its own). The API key comes from the
 environment variable the config names (``api_key_env``), never from the config itself, so
 it never lands in a run directory or a cache. A timeout, a refused connection, an HTTP
 error or a body that is not a chat completion is `JudgeUnavailable` (the judge retries it);
@@ -30,10 +31,12 @@ class OpenAIJudgeClient:
         api_key_env: str | None = None,
         timeout_s: float = 60.0,
         max_tokens: int = 256,
+        temperature: float | None = 0.0,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.max_tokens = max_tokens
+        self.temperature = temperature
         headers = {}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -47,12 +50,13 @@ class OpenAIJudgeClient:
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
 
     def complete(self, messages: list[dict[str, str]]) -> JudgeReply:
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
-            "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
+        if self.temperature is not None:  # None: the endpoint's own
+            body["temperature"] = self.temperature
         t0 = time.perf_counter()
         try:
             r = self._http.post(self.url, json=body)

@@ -14,6 +14,7 @@ from tracerl.rewards.compose import (
     component,
     compose,
 )
+from tracerl.rewards.judge import component as _judge  # noqa: F401 - registers judge
 from tracerl.rewards.qa import exact_match, f1, normalize, sub_exact_match, verify_citation
 
 __all__ = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tracerl.rewards.compose import RewardContext, Score, component
 from tracerl.rewards.qa import exact_match, f1, normalize, sub_exact_match, verify_citation
 
@@ -59,14 +61,37 @@ def token_f1(ctx: RewardContext) -> Score:
 
 
 @component("citations_valid")
-def citations_valid(ctx: RewardContext, require: bool = True) -> Score:
+def citations_valid(
+    ctx: RewardContext, require: bool = True, judge: dict[str, Any] | None = None
+) -> Score:
     """Process: the share of citations whose chain holds (exists → quoted → supports).
-    With `require`, an answer without citations scores 0."""
+    With `require`, an answer without citations scores 0. With `judge` (a judge's params,
+    `tracerl.rewards.judge.component.JudgeParams`; its rubric defaults to
+    ``SUPPORTS_RUBRIC``), a quote that does not mention the answer word for word supports it
+    if the judge says so (a judge that fails makes the episode the evaluator's)."""
     cites = (ctx.answer or {}).get("citations") or []
-    verdicts = [verify_citation(c, _text(ctx), ctx.lookup) for c in cites]
+    supports, judged = None, []
+    if judge is not None and cites:
+        from tracerl.rewards.judge.component import judged_cost, supports_judge, task_text
+
+        supports, judged = supports_judge(judge, task_text(ctx.task), ctx.policy_version)
+    verdicts = [verify_citation(c, _text(ctx), ctx.lookup, judge=supports) for c in cites]
     if not verdicts:
         return Score(0.0 if require else 1.0, {"verdicts": []})
-    return Score(sum(v["valid"] for v in verdicts) / len(verdicts), {"verdicts": verdicts})
+    evidence: dict[str, Any] = {"verdicts": verdicts}
+    if judged:
+        evidence.update(judged_cost(judged))
+    return Score(sum(v["valid"] for v in verdicts) / len(verdicts), evidence)
+
+
+def _validate_citation_judge(params: dict[str, Any], where: str) -> None:
+    if params.get("judge") is not None:
+        from tracerl.rewards.judge.component import JUDGES, SUPPORTS_RUBRIC
+
+        JUDGES.get(params["judge"], default_rubric=SUPPORTS_RUBRIC)
+
+
+citations_valid.validate = _validate_citation_judge  # type: ignore[attr-defined]
 
 
 def _bad_calls(steps: list[dict]) -> tuple[int, int]:

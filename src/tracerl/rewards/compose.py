@@ -69,6 +69,11 @@ class RewardContext:
     """The episode's samples (token ids, masks, segments with their text)."""
     step: dict[str, Any] | None = None
     """For a per-step component: the step being scored (one of `steps`); None otherwise."""
+    policy_version: int | None = None
+    """The version of the policy that sampled the episode (a judge's budget is per step)."""
+    group: Sequence[RewardContext] | None = None
+    """When the reward scores a whole group at once (a group-relative judge): the contexts
+    of every member, this one among them; None when episodes are scored one by one."""
 
     @property
     def scoped_steps(self) -> list[dict[str, Any]]:
@@ -112,6 +117,7 @@ class RewardContext:
             lookup=lookup,
             ledger=receipt.get("ledger", {}),
             trajectories=tuple(trajectories),
+            policy_version=receipt.get("policy_version"),
         )
 
 
@@ -244,9 +250,10 @@ def compose(
         except Exception as e:  # the evaluator's fault, never the policy's
             where, e = (f" (step {e.step})", e.error) if isinstance(e, _StepFailed) else ("", e)
             error = f"{c.name}{where}: {type(e).__name__}: {e}"
-            failed = RewardComponent(
-                c.name, c.layer, 0.0, c.weight, 0.0, {"error": error}, decided=False
-            )
+            # what the failure knows of itself (a judge: its attempts and what they cost)
+            known = getattr(e, "evidence", None)
+            evidence = {**(known if isinstance(known, dict) else {}), "error": error}
+            failed = RewardComponent(c.name, c.layer, 0.0, c.weight, 0.0, evidence, decided=False)
             rest = [
                 RewardComponent(x.name, x.layer, 0.0, x.weight, 0.0, gated=True)
                 for x in spec.components[len(out) + 1 :]

@@ -106,6 +106,30 @@ class RunReward:
         return compose(self.spec, ctx, self.functions)
 
     @property
+    def needs_group(self) -> bool:
+        """Scored a group at a time (`score_group`): a component ranks the group's members
+        against one another (a judge in ``mode: group``)."""
+        return any(
+            c.fn == "judge" and c.params.get("mode") == "group" for c in self.spec.components
+        )
+
+    @property
+    def blocking(self) -> bool:
+        """Scoring waits on a model (a judge): rollouts score it off their event loop."""
+        return any(
+            c.fn == "judge" or (c.fn == "citations_valid" and c.params.get("judge"))
+            for c in self.spec.components
+        )
+
+    def score_group(self, episodes: Sequence[Any]) -> list[RewardBreakdown]:
+        """Each of a group's episodes scored, every member's context visible to each."""
+        contexts = [RewardContext.from_trajectories(e.trajectories, self.lookup) for e in episodes]
+        group = tuple(contexts)
+        for ctx in contexts:
+            ctx.group = group
+        return [compose(self.spec, ctx, self.functions) for ctx in contexts]
+
+    @property
     def component_names(self) -> list[str]:
         return [c.name for c in self.spec.components]
 
@@ -227,8 +251,16 @@ def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]
     path or an entry point, in that order."""
     out: dict[str, ComponentFn] = {}
     for c in spec.components:
-        if c.fn in out:
+        if c.fn in out and c.fn not in COMPONENTS:
             continue
+        if c.fn in COMPONENTS and (validate := getattr(COMPONENTS[c.fn], "validate", None)):
+            try:  # what it needs is checked now (a judge's rubric, endpoint, key), not later
+                validate(c.params, f"{where}: component {c.name!r}")
+            except (ValueError, TypeError) as e:
+                raise UserError(
+                    f"{where}: component {c.name!r}: {e}",
+                    "fix the component's params (docs/judges.md for a judge's)",
+                ) from None
         method = getattr(env, c.fn, None) if c.fn.isidentifier() else None
         if callable(method) and inspect.ismethod(method) and c.fn not in COMPONENTS:
             out[c.fn] = adapt(method, f"{type(env).__name__}.{c.fn}")

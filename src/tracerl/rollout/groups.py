@@ -81,13 +81,17 @@ async def run_group(
     if group_size < 1:
         raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
     factory = _factory(env)
+    # a reward that ranks the group's members against one another scores them together,
+    # once all have finished; one that waits on a model (a judge) is scored off this loop
+    together = score is not None and bool(getattr(score, "needs_group", False))
+    blocking = bool(getattr(score, "blocking", False))
 
     async def member(g: int) -> Episode:
         eid = group_episode_id(task, seed, g, index)
         if done is not None and eid in done:
             episode = done[eid]
-            if score is not None and episode.reward is None:  # written before it was scored
-                score_episode(episode, score)
+            if score is not None and episode.reward is None and not together:
+                score_episode(episode, score)  # written before it was scored
             if on_episode is not None:
                 on_episode(episode)
             return episode
@@ -101,15 +105,47 @@ async def run_group(
                 episode = await backend.run_episode(
                     factory, task, policy, config, seed=member_seed, episode_id=eid
                 )
-        if score is not None:
-            score_episode(episode, score)
-        if writer is not None:
+        if score is not None and not together:
+            if blocking:
+                await asyncio.to_thread(score_episode, episode, score)
+            else:
+                score_episode(episode, score)
+        if writer is not None and not together:
             writer.append(episode.trajectories)
         if on_episode is not None:
             on_episode(episode)
         return episode
 
-    return list(await asyncio.gather(*(member(g) for g in range(group_size))))
+    episodes = list(await asyncio.gather(*(member(g) for g in range(group_size))))
+    if together:
+        assert score is not None
+        fresh = [e for e in episodes if e.reward is None]  # not read back already scored
+        if fresh:
+            await asyncio.to_thread(_score_together, episodes, fresh, score)
+        if writer is not None:
+            reused = set() if done is None else set(done)
+            for e in episodes:
+                if e.episode_id not in reused:
+                    writer.append(e.trajectories)
+    return episodes
+
+
+def _score_together(episodes: list[Episode], fresh: list[Episode], score: Any) -> None:
+    """Score `fresh` members of a group whose reward needs all of `episodes` at once (a
+    crash there is the evaluator's, on every fresh member: never a silent 0)."""
+    try:
+        breakdowns = dict(zip([id(e) for e in episodes], score.score_group(episodes), strict=True))
+    except Exception as e:
+        error = e
+
+        def crashed(_: Episode) -> Any:
+            raise error
+
+        for episode in fresh:
+            score_episode(episode, crashed)
+        return
+    for episode in fresh:
+        score_episode(episode, lambda e: breakdowns[id(e)])
 
 
 def group_episode_id(task: dict[str, Any], seed: int, g: int, index: int | None = None) -> str:

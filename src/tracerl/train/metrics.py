@@ -13,6 +13,8 @@ episodes eligible for it):
     invalid_citation_rate      (`citation_metrics`, given the env's document lookup) citations
                                whose chain fails, over all citations of all answers
     evaluator_error_rate       episodes whose reward code crashed (never scored 0)
+    judge_*                    what model judges cost and how often they failed
+                               (`tracerl.rewards.judge.metrics`; only when something was judged)
 
 Episodes left out of the gradient are counted where the timeout policy is applied
 (``train/ineligible_episodes``, `tracerl.train.grpo.update_on_groups`).
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tracerl.rewards import RewardContext, verify_citation
+from tracerl.rewards.judge.metrics import judge_metrics
 from tracerl.rollout.groups import rollout_metrics
 from tracerl.rollout.runner import Episode
 from tracerl.types import Attribution, Layer, RewardBreakdown
@@ -83,6 +86,7 @@ def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         c.name for r in rewards for c in r.components if c.layer is Layer.CONSTRAINT
     ):
         m[f"constraint/{name}"] = sum(name in v for v in violated) / k
+    m.update(judge_metrics(rewards))
     return m
 
 

@@ -8,6 +8,19 @@ runs too. A reply that is not a verdict, a timeout or an endpoint error is retri
 attempt gives a verdict, `JudgeFailed` says why, and the reward composer turns it into an
 undecided episode attributed to the evaluator (never a reward of 0). Every verdict says what
 it cost (tokens, latency, attempts) and whether it came from the cache.
+
+`Judge.group_verdict` asks for a group-relative verdict (one call scores every answer of a
+group against the others); it is cached and retried the same way.
+
+A `JudgeBudget` caps what the judge may spend per training step (requests and tokens; a
+cached verdict costs nothing): once a step's budget is spent, further questions of that
+step are refused without a request (`JudgeBudgetSpent`, a `JudgeFailed`: the episode is
+undecided and the evaluator's, as for any other failure). The step is the policy version
+that sampled the episode (an evaluation is one step).
+
+Within one process a question is also remembered in memory, its failure included, so the
+members of a group scoring one group verdict make one request between them, and a judge that
+failed a question is not asked it again by the next member.
 """
 
 from __future__ import annotations
@@ -15,12 +28,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tracerl.rewards.judge.rubric import Rubric, Verdict, VerdictError, parse_verdict
+from tracerl.rewards.judge.rubric import (
+    Rubric,
+    Verdict,
+    VerdictError,
+    parse_group_verdict,
+    parse_verdict,
+)
 
 
 class JudgeUnavailable(RuntimeError):
@@ -28,7 +49,37 @@ class JudgeUnavailable(RuntimeError):
 
 
 class JudgeFailed(RuntimeError):
-    """No attempt gave a verdict (the evaluator's failure, not the policy's)."""
+    """No attempt gave a verdict (the evaluator's failure, not the policy's). `evidence`:
+    what the reward breakdown records (the judge, the attempts' errors, what they cost)."""
+
+    def __init__(self, message: str, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.evidence = dict(evidence or {})
+
+
+class JudgeBudgetSpent(JudgeFailed):
+    """The step's judge budget was spent before this question: it was not asked."""
+
+
+@dataclass(frozen=True)
+class JudgeBudget:
+    """What one judge may spend per step: requests (attempts count, a cached verdict does
+    not) and tokens (prompt + completion). None: no cap."""
+
+    calls_per_step: int | None = None
+    tokens_per_step: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("calls_per_step", "tokens_per_step"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or int(value) < 1):
+                raise ValueError(f"judge budget: {name} must be a positive integer, got {value!r}")
+
+
+@dataclass
+class _Spent:
+    calls: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,8 +101,9 @@ class JudgeClient(Protocol):
 
 @dataclass(frozen=True)
 class Judged:
-    """A verdict and what it cost. `cached`: no request was made (tokens and latency are
-    then those of the request that made it, counted once)."""
+    """A verdict and what it cost. `cached`: no request was made (from the disk cache, or
+    another member's request for the same group verdict): tokens, latency and attempts are
+    then 0, so summed over episodes each request counts once."""
 
     verdict: Verdict
     model: str
@@ -64,11 +116,45 @@ class Judged:
     cached: bool = False
 
     def evidence(self) -> dict[str, Any]:
-        """What the reward breakdown records."""
+        """What the reward breakdown records (``judge``: the rubric's name, how cost and
+        calibration find judged components)."""
         out = asdict(self)
+        out["judge"] = out.pop("rubric")
         out["verdict"] = {"value": self.verdict.value, "raw": self.verdict.raw}
         out["reason"] = self.verdict.reason
         return out
+
+
+@dataclass(frozen=True)
+class JudgedGroup:
+    """A group-relative verdict: one per answer, in order, and what the one request cost."""
+
+    verdicts: list[Verdict]
+    model: str
+    rubric: str
+    rubric_version: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    attempts: int = 1
+    cached: bool = False
+    members: int = field(default=0)
+
+    def member(self, i: int) -> Judged:
+        """Member `i`'s verdict. The request's cost is recorded once, on member 0 (the
+        others are marked cached), so summing over episodes counts it once."""
+        first = i == 0 and not self.cached
+        return Judged(
+            self.verdicts[i],
+            self.model,
+            self.rubric,
+            self.rubric_version,
+            self.prompt_tokens if first else 0,
+            self.completion_tokens if first else 0,
+            self.latency_s if first else 0.0,
+            self.attempts if first else 0,
+            not first,
+        )
 
 
 class VerdictCache:
@@ -102,6 +188,7 @@ class Judge:
         client: JudgeClient,
         cache: VerdictCache | None = None,
         retries: int = 2,
+        budget: JudgeBudget | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError(f"judge: retries must be >= 0, got {retries}")
@@ -109,48 +196,56 @@ class Judge:
         self.client = client
         self.cache = cache
         self.retries = retries
+        self.budget = budget or JudgeBudget()
+        self._spent: dict[Hashable, _Spent] = {}
+        self._memory: dict[str, dict[str, Any] | JudgeFailed] = {}
+        self._lock = threading.Lock()
+        self._asking: dict[str, threading.Lock] = {}
 
     def key(self, messages: list[dict[str, str]]) -> str:
         spec = {"rubric": self.rubric.key, "model": self.client.model, "messages": messages}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
-    def verdict(self, task: str, answer: str, evidence: list[str] | tuple = ()) -> Judged:
-        messages = self.rubric.messages(task, answer, evidence)
-        key = self.key(messages)
-        known = self.cache.get(key) if self.cache is not None else None
-        if known is not None:
-            try:
-                return self._judged(known, cached=True)
-            except (KeyError, TypeError, ValueError):
-                pass  # a record from another version of this code: ask again
-        errors: list[str] = []
-        for attempt in range(1, self.retries + 2):
-            try:
-                reply = self.client.complete(messages)
-                verdict = parse_verdict(reply.text, self.rubric.verdict)
-            except (JudgeUnavailable, VerdictError) as e:
-                errors.append(f"{type(e).__name__}: {e}")
-                continue
-            record = {
-                "value": verdict.value,
-                "raw": verdict.raw,
-                "reason": verdict.reason,
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "latency_s": reply.latency_s,
-                "attempts": attempt,
-            }
-            if self.cache is not None:
-                self.cache.put(key, record)
-            return self._judged(record, cached=False)
-        raise JudgeFailed(
-            f"judge {self.rubric.name!r} ({self.client.model}): no verdict in "
-            f"{self.retries + 1} attempts: " + "; ".join(errors)
-        )
+    def spent(self, step: Hashable = None) -> tuple[int, int]:
+        """(requests, tokens) spent in `step`."""
+        with self._lock:
+            s = self._spent.get(step, _Spent())
+            return s.calls, s.tokens
 
-    def _judged(self, record: dict[str, Any], cached: bool) -> Judged:
-        return Judged(
-            Verdict(float(record["value"]), record["raw"], str(record.get("reason", ""))),
+    def verdict(
+        self,
+        task: str,
+        answer: str,
+        evidence: Sequence[str] = (),
+        *,
+        reference: Sequence[str] | None = None,
+        step: Hashable = None,
+    ) -> Judged:
+        """The rubric's verdict on `answer` (`step`: whose budget pays for a request)."""
+        messages = self.rubric.messages(task, answer, evidence, reference)
+        record, cached = self._ask(
+            messages, lambda text: [parse_verdict(text, self.rubric.verdict)], step
+        )
+        return self._judged(record, 0, cached)
+
+    def group_verdict(
+        self,
+        task: str,
+        answers: Sequence[str],
+        evidence: Sequence[Sequence[str]] = (),
+        *,
+        reference: Sequence[str] | None = None,
+        step: Hashable = None,
+    ) -> JudgedGroup:
+        """One group-relative verdict on all `answers` (in order)."""
+        n = len(answers)
+        messages = self.rubric.group_messages(task, answers, evidence, reference)
+        schema = self.rubric.verdict
+        record, cached = self._ask(
+            messages, lambda text: parse_group_verdict(text, schema, n), step
+        )
+        return JudgedGroup(
+            [self._verdict(v) for v in record["verdicts"]],
             self.client.model,
             self.rubric.name,
             self.rubric.version,
@@ -159,4 +254,135 @@ class Judge:
             float(record["latency_s"]),
             int(record["attempts"]),
             cached,
+            n,
         )
+
+    def _ask(
+        self,
+        messages: list[dict[str, str]],
+        parse: Callable[[str], list[Verdict]],
+        step: Hashable,
+    ) -> tuple[dict[str, Any], bool]:
+        """The verdict record for `messages` (from memory, the disk cache or the model) and
+        whether it was cached. One question is asked by one thread at a time."""
+        key = self.key(messages)
+        with self._lock:
+            asking = self._asking.setdefault(key, threading.Lock())
+        with asking:
+            known = self._memory.get(key)
+            if isinstance(known, JudgeFailed):
+                raise known
+            if known is None and self.cache is not None:
+                known = self.cache.get(key)
+                if known is not None and not _whole(known):
+                    known = None  # a record from another version of this code: ask again
+            if known is not None:
+                self._memory[key] = known
+                return known, True
+            try:
+                record = self._request(messages, parse, step)
+            except JudgeFailed as e:
+                if not isinstance(e, JudgeBudgetSpent):  # a later step may afford it
+                    self._memory[key] = e
+                raise
+            self._memory[key] = record
+            if self.cache is not None:
+                self.cache.put(key, record)
+            return record, False
+
+    def _request(
+        self, messages: list[dict[str, str]], parse: Callable[[str], list[Verdict]], step: Hashable
+    ) -> dict[str, Any]:
+        errors: list[str] = []
+        tokens = 0
+        who = {
+            "judge": self.rubric.name,
+            "rubric_version": self.rubric.version,
+            "model": self.client.model,
+        }
+        for attempt in range(1, self.retries + 2):
+            refusal = self._charge(step)
+            if refusal is not None:
+                raise JudgeBudgetSpent(
+                    f"judge {self.rubric.name!r}: {refusal}; not asked",
+                    {
+                        **who,
+                        "budget": refusal,
+                        "attempts": attempt - 1,
+                        "errors": errors,
+                        "tokens": tokens,
+                    },
+                )
+            try:
+                reply = self.client.complete(messages)
+            except JudgeUnavailable as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                continue
+            used = reply.prompt_tokens + reply.completion_tokens
+            tokens += used
+            with self._lock:
+                self._spent.setdefault(step, _Spent()).tokens += used
+            try:
+                verdicts = parse(reply.text)
+            except VerdictError as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                continue
+            return {
+                "verdicts": [
+                    {"value": v.value, "raw": v.raw, "reason": v.reason} for v in verdicts
+                ],
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "latency_s": reply.latency_s,
+                "attempts": attempt,
+            }
+        raise JudgeFailed(
+            f"judge {self.rubric.name!r} ({self.client.model}): no verdict in "
+            f"{self.retries + 1} attempts: " + "; ".join(errors),
+            {**who, "attempts": self.retries + 1, "errors": errors, "tokens": tokens},
+        )
+
+    def _charge(self, step: Hashable) -> str | None:
+        """Count one request against `step`'s budget, or say why the budget refuses it."""
+        b = self.budget
+        with self._lock:
+            spent = self._spent.setdefault(step, _Spent())
+            if b.calls_per_step is not None and spent.calls >= b.calls_per_step:
+                return f"the step's budget of {b.calls_per_step} judge requests is spent"
+            if b.tokens_per_step is not None and spent.tokens >= b.tokens_per_step:
+                return (
+                    f"the step's budget of {b.tokens_per_step} judge tokens is spent "
+                    f"({spent.tokens} used)"
+                )
+            spent.calls += 1
+            return None
+
+    @staticmethod
+    def _verdict(v: dict[str, Any]) -> Verdict:
+        return Verdict(float(v["value"]), v["raw"], str(v.get("reason", "")))
+
+    def _judged(self, record: dict[str, Any], i: int, cached: bool) -> Judged:
+        return Judged(
+            self._verdict(record["verdicts"][i]),
+            self.client.model,
+            self.rubric.name,
+            self.rubric.version,
+            0 if cached else int(record["prompt_tokens"]),
+            0 if cached else int(record["completion_tokens"]),
+            0.0 if cached else float(record["latency_s"]),
+            0 if cached else int(record["attempts"]),
+            cached,
+        )
+
+
+def _whole(record: Any) -> bool:
+    try:
+        return (
+            bool(record["verdicts"])
+            and all(isinstance(v, dict) and "value" in v and "raw" in v for v in record["verdicts"])
+            and all(
+                k in record for k in ("prompt_tokens", "completion_tokens", "latency_s", "attempts")
+            )
+        )
+    except (KeyError, TypeError):
+        return False
