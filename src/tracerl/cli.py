@@ -402,19 +402,30 @@ def review(
         bool | None, typer.Option("--correct/--wrong", help="the verdict for --decide")
     ] = None,
     reviewer: Annotated[str, typer.Option(help="who decides")] = "",
+    from_judge: Annotated[
+        int | None,
+        typer.Option(
+            "--from-judge",
+            help="queue N answers a model judge scored for people to check the judge "
+            "(where it and another verifier disagree first)",
+        ),
+    ] = None,
 ) -> None:
     """List the samples no verifier could decide, or record a person's verdict on one.
 
-    Works on a run written by `tracerl eval` (its review.sqlite)."""
+    Works on a run written by `tracerl eval` (its review.sqlite), and with --from-judge on
+    any run whose rewards a judge scored (the report then shows the judge's agreement)."""
     from tracerl.evaluate import reviewed_metrics
     from tracerl.rewards.review import ReviewPool
 
     path = run / "review.sqlite"
+    if from_judge is not None:
+        _queue_judged(run, from_judge)
     if not path.exists():
         raise _fail(
             f"{run}: no review.sqlite",
             "the review pool is kept by `tracerl eval --out DIR` on the search questions "
-            "(without a CONFIG)",
+            "(without a CONFIG), or filled from a judge's verdicts with --from-judge N",
         )
     pool = ReviewPool(path)
     if decide is not None:
@@ -435,6 +446,33 @@ def review(
     console.print(f"{len(pending)} pending", markup=False)
     for key, value in sorted(reviewed_metrics(run).items()):
         console.print(f"{key:45s} {value:.3f}", markup=False)
+
+
+def _queue_judged(run: Path, n: int) -> None:
+    from tracerl.report.judges import REVIEW_FILE, judged_in_run
+    from tracerl.report.run import RunData, RunDirError
+    from tracerl.rewards.judge.calibration import queue_for_review
+    from tracerl.rewards.review import ReviewPool
+
+    if n < 1:
+        raise _fail(f"--from-judge {n}: give a positive number of answers to queue")
+    try:
+        episodes = RunData.load(run).episodes
+    except RunDirError as e:
+        raise _fail(str(e)) from None
+    judged = judged_in_run(episodes)
+    if not judged:
+        raise _fail(
+            f"{run}: no episode has a judge's verdict",
+            "score with a judge (a reward component with fn: judge, docs/judges.md)",
+        )
+    added = queue_for_review(judged, ReviewPool(run / REVIEW_FILE), n)
+    console.print(
+        f"queued {len(added)} of {len(judged)} judged answers for review "
+        f"({sum(j.other is not None and j.other != j.says_correct for j in added)} where the "
+        "judge and another verifier disagree)",
+        markup=False,
+    )
 
 
 @app.command("serve-retriever")

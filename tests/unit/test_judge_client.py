@@ -107,3 +107,37 @@ def test_a_named_key_that_is_not_set_is_a_user_error(monkeypatch):
     monkeypatch.delenv("NO_SUCH_JUDGE_KEY", raising=False)
     with pytest.raises(UserError, match="NO_SUCH_JUDGE_KEY"):
         OpenAIJudgeClient("http://127.0.0.1:9/v1", "m", api_key_env="NO_SUCH_JUDGE_KEY")
+
+
+def test_tracerl_serves_chat_completions_a_judge_can_ask(tiny, tmp_path):
+    """`tracerl serve`'s chat endpoint: the messages through the model's chat template, a
+    reply as text with its token counts (the tiny random model's reply is no verdict: the
+    judge then fails as the evaluator's, having been answered)."""
+    import copy
+
+    from tracerl.rollout import BatchedHFSampler
+    from tracerl.rollout.serve import ServerThread
+
+    sampler = BatchedHFSampler(copy.deepcopy(tiny.model), temperature=0.5, seed=0)
+    server = ServerThread(sampler, "tiny-random", tiny.tokenizer)
+    url = server.start()
+    try:
+        client = OpenAIJudgeClient(f"{url}/v1", "tiny-random", temperature=0.5, max_tokens=12)
+        messages = RUBRIC.messages("What is 2 + 2?", "4")
+        reply = client.complete(messages)
+        expected = tiny.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        expected = expected if isinstance(expected, list) else expected["input_ids"]
+        assert reply.prompt_tokens == len(expected) and 1 <= reply.completion_tokens <= 12
+        assert isinstance(reply.text, str)
+        # another temperature is refused, as for completions: the endpoint's error
+        with pytest.raises(JudgeUnavailable, match="temperature"):
+            OpenAIJudgeClient(f"{url}/v1", "tiny-random", temperature=0.0).complete(messages)
+        judge = Judge(RUBRIC, client, VerdictCache(tmp_path), retries=0)
+        try:
+            judged = judge.verdict("What is 2 + 2?", "4")
+        except JudgeFailed as e:
+            assert "VerdictError" in str(e) and e.evidence["tokens"] > 0
+        else:
+            assert 0.0 <= judged.verdict.value <= 1.0
+    finally:
+        server.stop()

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tracerl.report import facts as run_facts
-from tracerl.report import sections
+from tracerl.report import judges, sections
 from tracerl.report.page import esc, page, table
 from tracerl.report.run import LEDGER_FILE, EpisodeRecord, RunData
 from tracerl.report.svg import Panel, Series, line_chart
@@ -111,7 +111,21 @@ def _curves(d: RunData) -> list[str]:
                     ],
                     y_min=0.0,
                 ),
-            ],
+            ]
+            + (
+                [
+                    Panel(
+                        "judge tokens per episode",
+                        [
+                            _train(d, "train/judge_tokens_mean", "train: judge tokens"),
+                            _eval(d, f"eval/{split}/judge_tokens_mean", f"{split}: judge tokens"),
+                        ],
+                        y_min=0.0,
+                    )
+                ]
+                if sections.has_metric(d, "judge_tokens_mean")
+                else []
+            ),
             x_range=x,
             x_labels=names,
         ),
@@ -285,6 +299,7 @@ def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
         + sections.stops(d)
         + "<h2>Reward components</h2>"
         + sections.components(d)
+        + (f"<h2>Judges</h2>{judged}" if (judged := judges.section(d)) else "")
         + f"<h2>{quality_heading}</h2>"
         + sections.quality(d)
         + "<h2>Sample episodes</h2>"

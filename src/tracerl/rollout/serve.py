@@ -1,10 +1,15 @@
-"""`tracerl serve`: the OpenAI-compatible completion subset our remote sampler uses, over an
-in-process Hugging Face model (`BatchedHFSampler`: concurrent requests share a batch).
+"""`tracerl serve`: the OpenAI-compatible completion subset our remote sampler uses (and the
+chat completions a model judge asks for), over an in-process Hugging Face model
+(`BatchedHFSampler`: concurrent requests share a batch).
 
     POST /v1/completions   {"prompt": [token ids], "max_tokens", "temperature", "seed",
                             "stop_token_ids", "logprobs", "return_tokens_as_token_ids"}
                            -> choices[0]: text, logprobs {tokens: ["token_id:<n>"],
                               token_logprobs}, finish_reason; and policy_version
+    POST /v1/chat/completions  {"messages": [{"role", "content"}], "max_tokens",
+                           "temperature", "seed"} -> choices[0].message.content, usage: the
+                           model's chat template applied, its reply up to its end-of-turn
+                           token (what a model judge asks, `tracerl.engines.judge_client`)
     GET  /v1/models        the model this server serves
     GET  /health           200
     POST /v1/load_lora_adapter, /v1/unload_lora_adapter   {"lora_name", "lora_path"}
@@ -59,11 +64,12 @@ class CompletionServer:
             return 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
         routes = {
             "/v1/completions": self.complete,
+            "/v1/chat/completions": self.chat,
             "/v1/load_lora_adapter": self.load_lora,
             "/v1/unload_lora_adapter": self.unload_lora,
         }
         if method == "POST" and path in routes:
-            if path != "/v1/completions" and not self.enable_lora:
+            if "lora" in path and not self.enable_lora:
                 return 404, {"error": {"message": "start the server with --enable-lora"}}
             try:
                 return 200, await routes[path](json.loads(body or b"{}"))
@@ -75,10 +81,73 @@ class CompletionServer:
                 return 500, {"error": {"message": f"{type(e).__name__}: {e}"}}
         return 404, {"error": {"message": f"no route {method} {path}"}}
 
-    async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _check(self, req: dict[str, Any]) -> None:
+        """The model asked for is served here, at this server's temperature."""
         name = req.get("model")
         if name is not None and name != self.base_name and name not in self.adapters:
             raise NotFound(f"the model {name!r} does not exist here; /v1/models lists it")
+        temperature = float(req.get("temperature", self.sampler.temperature))
+        if abs(temperature - self.sampler.temperature) > 1e-9:
+            raise ValueError(
+                f"this server samples at temperature {self.sampler.temperature}, "
+                f"not {temperature}; start it with --temperature {temperature}"
+            )
+
+    async def chat(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A chat completion: the messages through the model's chat template, the reply
+        sampled until the template's end of turn, decoded to text."""
+        self._check(req)
+        messages = req.get("messages")
+        if (
+            not isinstance(messages, list)
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role")
+                for m in messages
+            )
+            or not messages
+        ):
+            raise ValueError("messages must be a non-empty list of {role, content} (text)")
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.base_name} has no chat template: use /v1/completions")
+        ids: Any = self.tokenizer.apply_chat_template(
+            [{"role": m["role"], "content": m["content"]} for m in messages],
+            add_generation_prompt=True,
+            tokenize=True,
+        )
+        if not isinstance(ids, list):  # a BatchEncoding (newer transformers)
+            ids = list(ids["input_ids"])
+        stops = {self.tokenizer.eos_token_id} - {None}
+        res = await self.sampler.sample(
+            SampleRequest(
+                tuple(ids),
+                max_tokens=int(req.get("max_tokens") or 256),
+                stop_token_ids=frozenset(stops),
+                seed=req.get("seed"),
+            )
+        )
+        self.served += 1
+        text = self.tokenizer.decode(res.token_ids, skip_special_tokens=True)
+        return {
+            "id": f"chatcmpl-{self.served}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": res.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(res.token_ids),
+                "total_tokens": len(ids) + len(res.token_ids),
+            },
+        }
+
+    async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+        self._check(req)
         if "prompt" not in req:
             raise ValueError("a completion request needs a prompt (token ids)")
         prompt = req["prompt"]
@@ -88,12 +157,6 @@ class CompletionServer:
             prompt = prompt[0]
         if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
             raise ValueError("prompt must be a list of token ids (text is never re-tokenized)")
-        temperature = float(req.get("temperature", self.sampler.temperature))
-        if abs(temperature - self.sampler.temperature) > 1e-9:
-            raise ValueError(
-                f"this server samples at temperature {self.sampler.temperature}, "
-                f"not {temperature}; start it with --temperature {temperature}"
-            )
         request = SampleRequest(
             tuple(prompt),
             max_tokens=int(req.get("max_tokens", 16)),
@@ -258,7 +321,8 @@ def serve_command(
         bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
     ] = False,
 ) -> None:
-    """Serve a model over the OpenAI-compatible completion subset (token ids in and out)."""
+    """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
+    chat completions (text in and out, through the model's chat template)."""
     from tracerl.models import ModelNotFoundError, load
     from tracerl.rollout import BatchedHFSampler
 

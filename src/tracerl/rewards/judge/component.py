@@ -242,10 +242,13 @@ def judge(ctx: RewardContext, **params: Any) -> Score:
             step=_step(ctx),
         )
         judged = group.member(index)
-        return Score(judged.verdict.value, {**judged.evidence(), "group": len(members)})
+        return Score(
+            judged.verdict.value,
+            {**judged.evidence(), "threshold": p.threshold, "group": len(members)},
+        )
     evidence = observations(ctx, p.max_evidence_chars) if p.evidence else []
     judged = j.verdict(task, ctx.answer_text, evidence, reference=reference, step=_step(ctx))
-    return Score(judged.verdict.value, judged.evidence())
+    return Score(judged.verdict.value, {**judged.evidence(), "threshold": p.threshold})
 
 
 def validate_judge(params: dict[str, Any], where: str) -> None:
