@@ -162,8 +162,11 @@ def report(
     """Write the run's dashboard (RUN/report/index.html) and print its path.
 
     Self-contained and offline, with a page for each episode it links."""
+    from tracerl.judge_calibration import REVIEW_FILE, write_agreement
     from tracerl.report.html import write_report
 
+    if (run / REVIEW_FILE).exists():  # people's verdicts: the judges' agreement with them
+        write_agreement(run)
     index = write_report(run, n_triage=n)
     console.print(f"report: {index}", markup=False, highlight=False, soft_wrap=True)
 
@@ -438,6 +441,9 @@ def review(
         console.print(
             f"sample {s.id}: {'correct' if s.verdict else 'wrong'} by {s.reviewer}", markup=False
         )
+        from tracerl.judge_calibration import write_agreement
+
+        write_agreement(run)  # a judge's agreement with people may have changed
     pending = pool.samples(pending_only=True)
     for s in pending:
         console.print(
@@ -449,26 +455,22 @@ def review(
 
 
 def _queue_judged(run: Path, n: int) -> None:
-    from tracerl.report.judges import REVIEW_FILE, judged_in_run
-    from tracerl.report.run import RunData, RunDirError
-    from tracerl.rewards.judge.calibration import queue_for_review
-    from tracerl.rewards.review import ReviewPool
+    from tracerl.judge_calibration import queue_judged
+    from tracerl.report.run import RunDirError
 
     if n < 1:
         raise _fail(f"--from-judge {n}: give a positive number of answers to queue")
     try:
-        episodes = RunData.load(run).episodes
+        added, judged = queue_judged(run, n)
     except RunDirError as e:
         raise _fail(str(e)) from None
-    judged = judged_in_run(episodes)
     if not judged:
         raise _fail(
             f"{run}: no episode has a judge's verdict",
             "score with a judge (a reward component with fn: judge, docs/judges.md)",
         )
-    added = queue_for_review(judged, ReviewPool(run / REVIEW_FILE), n)
     console.print(
-        f"queued {len(added)} of {len(judged)} judged answers for review "
+        f"queued {len(added)} of {judged} judged answers for review "
         f"({sum(j.other is not None and j.other != j.says_correct for j in added)} where the "
         "judge and another verifier disagree)",
         markup=False,

@@ -8,37 +8,24 @@ episodes' reward breakdowns, summed per judge and rubric version; the curves of
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+from typing import Any
 
 from tracerl.report.page import esc, num, pct, table
-from tracerl.report.run import EpisodeRecord, RunData
-from tracerl.rewards.compose import RewardContext
-from tracerl.rewards.judge.calibration import Agreement, JudgedAnswer, agreement, judged_answers
-from tracerl.rewards.judge.metrics import judged
-from tracerl.rewards.review import ReviewPool
+from tracerl.report.run import RunData
 
-REVIEW_FILE = "review.sqlite"
+AGREEMENT_FILE = "judge_agreement.json"
+"""Written into the run directory by `tracerl review` and `tracerl report`
+(`tracerl.judge_calibration`): each judge's agreement with the review pool."""
 
 
-def judged_in_run(episodes: list[EpisodeRecord]) -> list[JudgedAnswer]:
-    """The decided judge verdicts of a run's episodes (one per judge, task and answer)."""
-    rows = []
-    for e in episodes:
-        if e.reward is None or not any(judged(e.reward)):
-            continue
-        answer = RewardContext.from_trajectories(e.trajectories, lambda _: None).answer_text
-        rows.append((e.episode_id, e.receipt.get("task") or {}, answer, e.reward))
-    return judged_answers(rows)
-
-
-def agreement_in_run(run_dir: Path, episodes: list[EpisodeRecord]) -> list[Agreement]:
-    """Each judge's agreement with the run's review pool (empty pool: 0 pairs each)."""
-    path = Path(run_dir) / REVIEW_FILE
-    answers = judged_in_run(episodes)
-    if not path.exists():  # no person has reviewed anything: 0 pairs each
-        names = sorted({(a.judge, a.rubric_version, a.model) for a in answers})
-        return [Agreement(n, v, m, 0, 0, 0, 0, 0) for n, v, m in names]
-    return agreement(answers, ReviewPool(path))
+def agreements(d: RunData) -> list[dict[str, Any]]:
+    path = d.run_dir / AGREEMENT_FILE
+    try:
+        rows = json.loads(path.read_text())["judges"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [r for r in rows if isinstance(r, dict)]
 
 
 def section(d: RunData) -> str:
@@ -47,7 +34,7 @@ def section(d: RunData) -> str:
     for e in d.episodes:
         if e.reward is None:
             continue
-        for c in judged(e.reward):
+        for c in e.reward.judged():
             ev = c.evidence
             key = (str(ev["judge"]), str(ev.get("rubric_version", "")), str(ev.get("model", "")))
             s = by.setdefault(
@@ -117,22 +104,22 @@ def section(d: RunData) -> str:
         ],
         num={1, 2, 3},
     )
-    agreements = agreement_in_run(d.run_dir, d.episodes)
-    reviewed = [a for a in agreements if a.pairs]
+    found = agreements(d)
+    reviewed = [a for a in found if a.get("pairs")]
     rows = [
         [
-            a.judge,
-            a.rubric_version,
-            a.model,
-            a.pairs,
-            pct(a.accuracy) if a.pairs else "–",
-            num(a.kappa),
-            a.both_correct,
-            a.both_wrong,
-            a.judge_only,
-            a.person_only,
+            a.get("judge", ""),
+            a.get("rubric_version", ""),
+            a.get("model", ""),
+            a.get("pairs", 0),
+            pct(a.get("accuracy")) if a.get("pairs") else "–",
+            num(a.get("kappa")),
+            a.get("both_correct", 0),
+            a.get("both_wrong", 0),
+            a.get("judge_only", 0),
+            a.get("person_only", 0),
         ]
-        for a in agreements
+        for a in found
     ]
     calibration = table(
         [

@@ -99,6 +99,11 @@ class RewardBreakdown:
                 return c
         raise KeyError(f"no reward component {name!r}; have {[c.name for c in self.components]}")
 
+    def judged(self) -> list[RewardComponent]:
+        """The components a model judge scored, or failed to (their evidence names the
+        ``judge``: `tracerl.rewards.judge`); gated ones were never asked."""
+        return [c for c in self.components if not c.gated and "judge" in (c.evidence or {})]
+
     def step_rewards(self) -> dict[int, float]:
         """Each step's own reward: the sum of the per-step components' contributions to it
         (steps no per-step component scored are absent). The rest of the total is the

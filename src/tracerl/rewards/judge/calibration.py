@@ -122,13 +122,13 @@ def judged_answers(
     return list(seen.values())
 
 
-def agreement(judged: Iterable[JudgedAnswer], pool: ReviewPool) -> list[Agreement]:
+def agreement(judged: Iterable[JudgedAnswer], pool: ReviewPool | None) -> list[Agreement]:
     """Per judge and rubric version: the judge's verdicts against people's, where both
-    exist (judges with no reviewed answer are listed with 0 pairs)."""
+    exist (judges with no reviewed answer, or no pool at all, are listed with 0 pairs)."""
     counts: dict[tuple[str, str, str], list[int]] = {}
     for j in judged:
         c = counts.setdefault((j.judge, j.rubric_version, j.model), [0, 0, 0, 0])
-        person = pool.verdict(review_task(j.task), j.answer)
+        person = None if pool is None else pool.verdict(review_task(j.task), j.answer)
         if person is None:
             continue
         c[(0 if person else 1) if j.says_correct == person else (2 if j.says_correct else 3)] += 1

@@ -18,12 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tracerl.types import RewardBreakdown, RewardComponent
-
-
-def judged(r: RewardBreakdown) -> list[RewardComponent]:
-    """The components of `r` a judge scored (or failed to), not gated."""
-    return [c for c in r.components if not c.gated and "judge" in (c.evidence or {})]
+from tracerl.types import RewardBreakdown
 
 
 def _tokens(e: dict[str, Any]) -> int:
@@ -34,7 +29,7 @@ def _tokens(e: dict[str, Any]) -> int:
 
 def judge_metrics(rewards: Sequence[RewardBreakdown]) -> dict[str, float]:
     """The metrics above; empty when no episode was judged."""
-    components = [c for r in rewards for c in judged(r)]
+    components = [c for r in rewards for c in r.judged()]
     if not components:
         return {}
     n = max(1, len(rewards))
