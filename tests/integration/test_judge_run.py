@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -39,15 +37,14 @@ RUBRIC = {
 }
 
 
-def _cli(*args: str, timeout: float = 600) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tracerl.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+def _cli(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from tracerl.cli import app
+
+    out = CliRunner().invoke(app, list(args))
+    assert out.exit_code == 0, out.output
+    return out.output
 
 
 def test_a_judged_run_shows_what_the_judge_cost_and_how_it_agrees_with_people(tmp_path):
@@ -159,7 +156,7 @@ def test_smollm2_judges_through_tracerl_serve(tmp_path, tiny):
             "base_url": f"{url}/v1",
             "model": "smollm2-135m-instruct",
             "temperature": 0.1,
-            "max_tokens": 48,
+            "max_tokens": 32,
             "retries": 0,
             "cache": str(tmp_path / "verdicts"),
         }
