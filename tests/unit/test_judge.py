@@ -169,3 +169,18 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_a_failure_is_remembered_briefly_never_for_the_run(tmp_path, monkeypatch):
+    from tracerl.rewards.judge import judge as judge_module
+
+    client = ScriptedJudge("no", "no", '{"score": 5}')
+    judge = Judge(RUBRIC, client, VerdictCache(tmp_path), retries=1)
+    with pytest.raises(JudgeFailed):
+        judge.verdict("t", "a")
+    with pytest.raises(JudgeFailed):  # at once again (a group's next member): not re-asked
+        judge.verdict("t", "a")
+    assert len(client.requests) == 2
+    monkeypatch.setattr(judge_module, "FAILURE_MEMORY_S", 0.0)  # the outage is over
+    assert judge.verdict("t", "a").verdict.raw == 5
+    assert len(client.requests) == 3

@@ -59,6 +59,13 @@ SUPPORTS_RUBRIC = Rubric(
 ``judge``): a label, supports or not."""
 
 
+class BudgetParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    calls_per_step: int | None = Field(None, ge=1)
+    tokens_per_step: int | None = Field(None, ge=1)
+
+
 class JudgeParams(BaseModel):
     """A judge component's ``params`` (and a citation chain's ``judge``)."""
 
@@ -89,8 +96,9 @@ class JudgeParams(BaseModel):
     verdict."""
     cache: bool | str = True
     """Verdicts on disk: true (``$TRACERL_CACHE/judge``), a folder, or false."""
-    budget: dict[str, int] = Field(default_factory=dict)
-    """Per step: ``calls_per_step`` (requests) and ``tokens_per_step``."""
+    budget: BudgetParams = Field(default_factory=lambda: BudgetParams())
+    """Per step (episodes sampled by one policy version, its evaluation included):
+    ``calls_per_step`` (requests) and ``tokens_per_step``."""
     evidence: bool = True
     """Show the judge the episode's observations (tool output, retrieved text)."""
     max_evidence_chars: int = Field(8000, ge=0)
@@ -160,7 +168,7 @@ def _build(params: dict[str, Any], default_rubric: Rubric | None) -> tuple[Judge
     cache = None
     if p.cache is not False:
         cache = VerdictCache(cache_dir() / "judge" if p.cache is True else Path(p.cache))
-    budget = JudgeBudget(**p.budget)
+    budget = JudgeBudget(p.budget.calls_per_step, p.budget.tokens_per_step)
     return Judge(rubric, client, cache, p.retries, budget), p
 
 

@@ -18,9 +18,10 @@ step are refused without a request (`JudgeBudgetSpent`, a `JudgeFailed`: the epi
 undecided and the evaluator's, as for any other failure). The step is the policy version
 that sampled the episode (an evaluation is one step).
 
-Within one process a question is also remembered in memory, its failure included, so the
-members of a group scoring one group verdict make one request between them, and a judge that
-failed a question is not asked it again by the next member.
+Within one process a question is also remembered in memory (the last `MEMORY_SIZE`), and
+a failure for `FAILURE_MEMORY_S`, so the members of a group scoring one group verdict make
+one request between them, and a question the first member failed is not asked again by the
+next one (an outage is not remembered for the rest of the run).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import hashlib
 import json
 import os
 import threading
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +45,14 @@ from tracerl.rewards.judge.rubric import (
     parse_group_verdict,
     parse_verdict,
 )
+
+MEMORY_SIZE = 100_000
+"""Questions a judge remembers in memory (the least recently used are forgotten; the disk
+cache still has their verdicts)."""
+FAILURE_MEMORY_S = 60.0
+"""How long a failed question is answered from memory with its failure (a group's members
+asking the question its first member failed), before it is asked again."""
+ASKING_STRIPES = 64
 
 
 class JudgeUnavailable(RuntimeError):
@@ -198,9 +209,10 @@ class Judge:
         self.retries = retries
         self.budget = budget or JudgeBudget()
         self._spent: dict[Hashable, _Spent] = {}
-        self._memory: dict[str, dict[str, Any] | JudgeFailed] = {}
+        self._memory: OrderedDict[str, dict[str, Any] | tuple[JudgeFailed, float]] = OrderedDict()
         self._lock = threading.Lock()
-        self._asking: dict[str, threading.Lock] = {}
+        # one question is asked by one thread at a time (striped: a bounded set of locks)
+        self._asking = [threading.Lock() for _ in range(ASKING_STRIPES)]
 
     def key(self, messages: list[dict[str, str]]) -> str:
         spec = {"rubric": self.rubric.key, "model": self.client.model, "messages": messages}
@@ -266,10 +278,8 @@ class Judge:
         """The verdict record for `messages` (from memory, the disk cache or the model) and
         whether it was cached. One question is asked by one thread at a time."""
         key = self.key(messages)
-        with self._lock:
-            asking = self._asking.setdefault(key, threading.Lock())
-        with asking:
-            known = self._memory.get(key)
+        with self._asking[int(key[:8], 16) % ASKING_STRIPES]:
+            known = self._remembered(key)
             if isinstance(known, JudgeFailed):
                 raise known
             if known is None and self.cache is not None:
@@ -277,18 +287,41 @@ class Judge:
                 if known is not None and not _whole(known):
                     known = None  # a record from another version of this code: ask again
             if known is not None:
-                self._memory[key] = known
+                self._remember(key, known)
                 return known, True
             try:
                 record = self._request(messages, parse, step)
             except JudgeFailed as e:
                 if not isinstance(e, JudgeBudgetSpent):  # a later step may afford it
-                    self._memory[key] = e
+                    self._remember(key, (e, time.monotonic()))
                 raise
-            self._memory[key] = record
+            self._remember(key, record)
             if self.cache is not None:
                 self.cache.put(key, record)
             return record, False
+
+    def _remembered(self, key: str) -> dict[str, Any] | JudgeFailed | None:
+        """A verdict record asked in this process, or a failure of the last
+        `FAILURE_MEMORY_S` seconds (an outage is not remembered for the rest of the run)."""
+        with self._lock:
+            known = self._memory.get(key)
+            if known is None:
+                return None
+            self._memory.move_to_end(key)
+            if isinstance(known, tuple):
+                failure, when = known
+                if time.monotonic() - when <= FAILURE_MEMORY_S:
+                    return failure
+                del self._memory[key]
+                return None
+            return known
+
+    def _remember(self, key: str, value: dict[str, Any] | tuple[JudgeFailed, float]) -> None:
+        with self._lock:
+            self._memory[key] = value
+            self._memory.move_to_end(key)
+            while len(self._memory) > MEMORY_SIZE:
+                self._memory.popitem(last=False)
 
     def _request(
         self, messages: list[dict[str, str]], parse: Callable[[str], list[Verdict]], step: Hashable
