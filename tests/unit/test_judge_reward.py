@@ -219,7 +219,7 @@ def test_a_group_relative_judge_ranks_the_group_in_one_request(judge_server, tmp
     params = _params(judge_server, tmp_path, mode="group")
     reward = _reward(params)
     assert reward.needs_group
-    answers = [GOLD, f"maybe {GOLD}", "no idea", None]  # the last never answers
+    answers = [None, GOLD, f"maybe {GOLD}", "no idea"]  # the first never answers
 
     def turn(request):
         g = int(request.episode_id.rsplit(":g", 1)[1])
@@ -242,12 +242,15 @@ def test_a_group_relative_judge_ranks_the_group_in_one_request(judge_server, tmp
     assert len(judge_server.requests) == 1  # one call for the whole group
     user = judge_server.requests[0]["messages"][1]["content"]
     quoted = json.loads(next(x for x in user.splitlines() if x.startswith("ANSWERS: "))[9:])
-    assert [q["answer"] for q in quoted] == answers[:3]
+    assert [q["answer"] for q in quoted] == answers[1:]
     totals = [e.reward.total for e in group]
-    assert totals == pytest.approx([1.0, 0.6, 0.1, 0.0])
-    assert group[3].reward.component("judged").gated
-    # its cost is counted once in the batch, and the written episodes carry their rewards
-    assert judge_metrics([e.reward for e in group])["judge_requests_mean"] == pytest.approx(1 / 4)
+    assert totals == pytest.approx([0.0, 1.0, 0.6, 0.1])
+    assert group[0].reward.component("judged").gated
+    # its cost is counted once in the batch (on the member whose scoring asked), and the
+    # written episodes carry their rewards
+    m = judge_metrics([e.reward for e in group])
+    assert m["judge_requests_mean"] == pytest.approx(1 / 4)
+    assert m["judge_tokens_mean"] == pytest.approx(110 / 4)
     written = {t.episode_id: t.reward for _, t in read_run_trajectories(tmp_path / "run")}
     assert len(written) == 4 and all(r is not None for r in written.values())
 
@@ -353,3 +356,60 @@ def test_a_rubric_from_a_file(judge_server, tmp_path):
     assert (e["judge"], e["rubric_version"], e["verdict"]["raw"]) == ("strict", "3", "right")
     wrong = dict(ctx.__dict__, answer={"text": "Nobody"})
     assert compose(reward.spec, RewardContext(**wrong), reward.functions).total == 0.0
+
+
+def test_an_evaluation_spends_a_budget_of_its_own(judge_server, tmp_path):
+    reward = _reward(_params(judge_server, tmp_path, budget={"calls_per_step": 1}))
+    assert reward(_episode([_answer("one")])).decided
+    evaluated = reward.evaluating()(_episode([_answer("two")]))  # the same policy version
+    assert evaluated.decided
+    refused = reward(_episode([_answer("three")]))
+    assert not refused.decided and "budget" in refused.component("judged").evidence
+
+
+def test_an_answer_past_the_judges_context_is_clipped_not_a_way_out(judge_server, tmp_path):
+    reward = _reward(_params(judge_server, tmp_path, max_answer_chars=200))
+    ctx = RewardContext(
+        task=TASK,
+        answer={"text": "padding " * 5000 + GOLD},
+        steps=[],
+        stop_reason="answered",
+        attribution=Attribution.POLICY,
+    )
+    r = compose(reward.spec, ctx, reward.functions)
+    assert r.decided and r.total == pytest.approx(0.1)  # judged on what it shows
+    sent = judge_server.requests[-1]["messages"][1]["content"]
+    assert len(sent) < 20000 and "more characters, not shown" in sent
+
+
+class _Broken:
+    """A user's client with bugs of its own: raises, or replies with a number no JSON
+    parser can hold as a float."""
+
+    model = "broken"
+
+    def __init__(self, **kwargs):
+        self.calls = 0
+
+    def complete(self, messages):
+        from tracerl.rewards.judge import JudgeReply
+
+        self.calls += 1
+        if self.calls % 2:
+            raise KeyError("the client's own bug")
+        return JudgeReply('{"score": 1' + "0" * 400 + "}", 10, 5)
+
+
+def test_whatever_a_client_or_a_reply_throws_is_the_evaluators(tmp_path):
+    params = {
+        "rubric": RUBRIC,
+        "model": "broken",
+        "client": "tests.unit.test_judge_reward:_Broken",
+        "cache": str(tmp_path),
+        "retries": 1,
+    }
+    r = _reward(params)(_episode([_answer(GOLD)]))
+    assert r.attribution is Attribution.EVALUATOR and not r.decided and r.total == 0.0
+    e = r.component("judged").evidence
+    assert e["attempts"] == 2 and e["tokens"] == 15 and len(e["errors"]) == 2
+    assert judge_metrics([r])["judge_failure_rate"] == 1.0

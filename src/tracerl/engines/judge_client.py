@@ -47,6 +47,14 @@ class OpenAIJudgeClient:
                 )
             headers["Authorization"] = f"Bearer {key}"
         self.timeout_s = timeout_s
+        self.identity = {
+            "url": self.url,
+            "model": model,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        }
+        """What decides a verdict besides the messages (the judge's cache key): another
+        endpoint serving a model of the same name is another judge."""
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
 
     def complete(self, messages: list[dict[str, str]]) -> JudgeReply:

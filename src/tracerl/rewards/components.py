@@ -72,9 +72,9 @@ def citations_valid(
     cites = (ctx.answer or {}).get("citations") or []
     supports, judged = None, []
     if judge is not None and cites:
-        from tracerl.rewards.judge.component import judged_cost, supports_judge, task_text
+        from tracerl.rewards.judge.component import judged_cost, supports_judge
 
-        supports, judged = supports_judge(judge, task_text(ctx.task), ctx.policy_version)
+        supports, judged = supports_judge(judge, ctx)
     verdicts = [verify_citation(c, _text(ctx), ctx.lookup, judge=supports) for c in cites]
     if not verdicts:
         return Score(0.0 if require else 1.0, {"verdicts": []})
@@ -86,9 +86,9 @@ def citations_valid(
 
 def _validate_citation_judge(params: dict[str, Any], where: str) -> None:
     if params.get("judge") is not None:
-        from tracerl.rewards.judge.component import JUDGES, SUPPORTS_RUBRIC
+        from tracerl.rewards.judge.component import SUPPORTS_RUBRIC, JudgeSet
 
-        JUDGES.get(params["judge"], default_rubric=SUPPORTS_RUBRIC)
+        JudgeSet().get(params["judge"], default_rubric=SUPPORTS_RUBRIC)
 
 
 citations_valid.validate = _validate_citation_judge  # type: ignore[attr-defined]

@@ -74,6 +74,12 @@ class RewardContext:
     group: Sequence[RewardContext] | None = None
     """When the reward scores a whole group at once (a group-relative judge): the contexts
     of every member, this one among them; None when episodes are scored one by one."""
+    phase: str = "train"
+    """``train``, or ``eval`` when an evaluation scores the episode (a judge keeps the
+    evaluation's spending apart from the training step's budget)."""
+    judges: Any = None
+    """The run's judges (`tracerl.rewards.judge.component.JudgeSet`: their memory and
+    budgets are the run's); None: the process's own."""
 
     @property
     def scoped_steps(self) -> list[dict[str, Any]]:

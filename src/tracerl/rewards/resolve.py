@@ -25,6 +25,7 @@ guess). Raising is the evaluator's fault, never the policy's.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from tracerl.rewards.compose import (
     compose,
     per_step_problem,
 )
+from tracerl.rewards.judge.component import JudgeSet
 from tracerl.types import RewardBreakdown, Trajectory
 
 ENTRY_POINT_GROUP = "tracerl.rewards"
@@ -97,13 +99,27 @@ class RunReward:
     source: str
     """Where it came from, for people: ``trainer.reward: search``, ``unitconv's own``."""
     lookup: Callable[[str], str | None] = field(default=lambda _: None, repr=False)
+    phase: str = "train"
+    """``eval`` for the copy evaluations score with (`evaluating`)."""
+    judges: JudgeSet = field(default_factory=JudgeSet, repr=False)
+    """This run's model judges (built on first use; their memory and budgets are the run's,
+    shared by its `evaluating` copy)."""
 
     def __call__(self, episode: Any) -> RewardBreakdown:
         return self.score(episode.trajectories)
 
-    def score(self, trajectories: Sequence[Trajectory]) -> RewardBreakdown:
+    def context(self, trajectories: Sequence[Trajectory]) -> RewardContext:
         ctx = RewardContext.from_trajectories(trajectories, self.lookup)
-        return compose(self.spec, ctx, self.functions)
+        ctx.phase, ctx.judges = self.phase, self.judges
+        return ctx
+
+    def score(self, trajectories: Sequence[Trajectory]) -> RewardBreakdown:
+        return compose(self.spec, self.context(trajectories), self.functions)
+
+    def evaluating(self) -> RunReward:
+        """The same reward for an evaluation's episodes (a judge's budget keeps them apart
+        from the training step's)."""
+        return dataclasses.replace(self, phase="eval")
 
     @property
     def needs_group(self) -> bool:
@@ -123,7 +139,7 @@ class RunReward:
 
     def score_group(self, episodes: Sequence[Any]) -> list[RewardBreakdown]:
         """Each of a group's episodes scored, every member's context visible to each."""
-        contexts = [RewardContext.from_trajectories(e.trajectories, self.lookup) for e in episodes]
+        contexts = [self.context(e.trajectories) for e in episodes]
         group = tuple(contexts)
         for ctx in contexts:
             ctx.group = group

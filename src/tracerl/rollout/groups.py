@@ -10,7 +10,9 @@ flight. `rollout_metrics` summarizes a batch in the metric names the dashboard p
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -107,7 +109,7 @@ async def run_group(
                 )
         if score is not None and not together:
             if blocking:
-                await asyncio.to_thread(score_episode, episode, score)
+                await _off_loop(score_episode, episode, score)
             else:
                 score_episode(episode, score)
         if writer is not None and not together:
@@ -121,13 +123,29 @@ async def run_group(
         assert score is not None
         fresh = [e for e in episodes if e.reward is None]  # not read back already scored
         if fresh:
-            await asyncio.to_thread(_score_together, episodes, fresh, score)
+            await _off_loop(_score_together, episodes, fresh, score)
         if writer is not None:
             reused = set() if done is None else set(done)
             for e in episodes:
                 if e.episode_id not in reused:
                     writer.append(e.trajectories)
     return episodes
+
+
+SCORING_THREADS = 32
+"""Rewards that wait on a model (a judge) are scored on a pool of their own, this wide: as
+many judge requests in flight as episodes finishing, not the default pool's few threads
+(min(32, CPUs + 4))."""
+_scoring: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    global _scoring
+    if _scoring is None:
+        _scoring = concurrent.futures.ThreadPoolExecutor(
+            SCORING_THREADS, thread_name_prefix="tracerl-score"
+        )
+    return await asyncio.get_running_loop().run_in_executor(_scoring, functools.partial(fn, *args))
 
 
 def _score_together(episodes: list[Episode], fresh: list[Episode], score: Any) -> None:

@@ -116,7 +116,7 @@ class CompletionServer:
         )
         if not isinstance(ids, list):  # a BatchEncoding (newer transformers)
             ids = list(ids["input_ids"])
-        stops = {self.tokenizer.eos_token_id} - {None}
+        stops = _end_of_turn_ids(self.tokenizer)
         res = await self.sampler.sample(
             SampleRequest(
                 tuple(ids),
@@ -229,6 +229,17 @@ class CompletionServer:
         if self._httpd is not None:
             await asyncio.to_thread(self._httpd.shutdown)
             self._httpd.server_close()
+
+
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+"""Tokens that end an assistant's turn in common chat templates (ChatML, Llama 3, Phi,
+Gemma): a chat reply stops at the first of them the tokenizer has, or at its EOS."""
+
+
+def _end_of_turn_ids(tokenizer: Any) -> set[int]:
+    vocab = tokenizer.get_vocab()
+    ids = {vocab[t] for t in END_OF_TURN if t in vocab}
+    return (ids | {tokenizer.eos_token_id}) - {None}
 
 
 class ServerThread:

@@ -60,7 +60,7 @@ async def evaluate_async(
                 writer=EpisodeWriter(where, step),
                 done=done_episodes(where, step),
                 on_episode=bars.advance,
-                score=reward,
+                score=reward.evaluating() if hasattr(reward, "evaluating") else reward,
                 backend=backend,
             )
             episodes += [g[0] for g in groups]

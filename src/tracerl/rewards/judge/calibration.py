@@ -89,7 +89,7 @@ def judged_answers(
 ) -> list[JudgedAnswer]:
     """Every decided judge verdict of `episodes` (``(episode id, task, answer, reward)``);
     one per judge, task and answer (the first seen), as the review pool keys them."""
-    seen: dict[tuple[str, str, str], JudgedAnswer] = {}
+    seen: dict[tuple[str, str, str, str], JudgedAnswer] = {}
     for episode_id, task, answer, reward in episodes:
         if not answer.strip():
             continue
@@ -117,7 +117,12 @@ def judged_answers(
                 float(e.get("threshold", 0.5)),
                 other,
             )
-            key = (judged.judge, judged.rubric_version, _key(review_task(task), answer))
+            key = (
+                judged.judge,
+                judged.rubric_version,
+                judged.model,
+                _key(review_task(task), answer),
+            )
             seen.setdefault(key, judged)
     return list(seen.values())
 

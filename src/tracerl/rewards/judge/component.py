@@ -102,7 +102,11 @@ class JudgeParams(BaseModel):
     evidence: bool = True
     """Show the judge the episode's observations (tool output, retrieved text)."""
     max_evidence_chars: int = Field(8000, ge=0)
-    """The evidence is clipped to this many characters (the latest observations kept)."""
+    """The evidence is clipped to this many characters (the latest observations kept; in
+    group mode, this many for the whole group)."""
+    max_answer_chars: int = Field(4000, ge=1)
+    """An answer is clipped to this many characters, and says so (a policy must not escape
+    its verdict by writing past the judge's context)."""
     reference: bool = False
     """Show the judge the task's reference answers (``answers``, ``answer``, ``target``)."""
     threshold: float = 0.5
@@ -225,14 +229,26 @@ def observations(ctx: RewardContext, max_chars: int) -> list[str]:
 
 
 def _step(ctx: RewardContext) -> Any:
-    return ctx.policy_version
+    """Whose budget a request spends: the policy version's training step, or its
+    evaluation's (kept apart)."""
+    return ctx.policy_version if ctx.phase == "train" else (ctx.phase, ctx.policy_version)
+
+
+def _judges(ctx: RewardContext) -> JudgeSet:
+    return ctx.judges if isinstance(ctx.judges, JudgeSet) else JUDGES
+
+
+def clip_answer(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [... {len(text) - limit} more characters, not shown]"
 
 
 @component("judge")
 def judge(ctx: RewardContext, **params: Any) -> Score:
     """A model's verdict on the episode's answer, by a rubric (see the module docstring);
     value in [0, 1] (a score rescaled, or a label's value)."""
-    j, p = JUDGES.get(params)
+    j, p = _judges(ctx).get(params)
     if not ctx.answer_text.strip():
         return Score(0.0, {"judge": j.rubric.name, "verdict": "no answer: not asked"})
     task = task_text(ctx.task)
@@ -242,10 +258,11 @@ def judge(ctx: RewardContext, **params: Any) -> Score:
         index = next((i for i, c in enumerate(members) if c is ctx), None)
         if index is None:  # a group that does not hold this episode: judge it alone
             members, index = [ctx], 0
+        share = p.max_evidence_chars // len(members)
         group = j.group_verdict(
             task,
-            [c.answer_text for c in members],
-            [observations(c, p.max_evidence_chars) if p.evidence else [] for c in members],
+            [clip_answer(c.answer_text, p.max_answer_chars) for c in members],
+            [observations(c, share) if p.evidence else [] for c in members],
             reference=reference,
             step=_step(ctx),
         )
@@ -255,26 +272,31 @@ def judge(ctx: RewardContext, **params: Any) -> Score:
             {**judged.evidence(), "threshold": p.threshold, "group": len(members)},
         )
     evidence = observations(ctx, p.max_evidence_chars) if p.evidence else []
-    judged = j.verdict(task, ctx.answer_text, evidence, reference=reference, step=_step(ctx))
+    answer = clip_answer(ctx.answer_text, p.max_answer_chars)
+    judged = j.verdict(task, answer, evidence, reference=reference, step=_step(ctx))
     return Score(judged.verdict.value, {**judged.evidence(), "threshold": p.threshold})
 
 
 def validate_judge(params: dict[str, Any], where: str) -> None:
     """Build the judge now (a bad rubric, a missing key, an unknown client fail when the
-    run starts, not at its first episode)."""
-    JUDGES.get(params)
+    run starts, not at its first episode); the run builds its own on first use."""
+    JudgeSet().get(params)
 
 
 judge.validate = validate_judge  # type: ignore[attr-defined]
 
 
-def supports_judge(params: dict[str, Any], question: str, step: Any) -> tuple[Any, list[Any]]:
+def supports_judge(params: dict[str, Any], ctx: RewardContext) -> tuple[Any, list[Any]]:
     """For the citation chain: ``(quote, answer) -> bool`` asking the judge of `params`
-    (default rubric `SUPPORTS_RUBRIC`), and the list its verdicts are appended to."""
-    j, p = JUDGES.get(params, default_rubric=SUPPORTS_RUBRIC)
+    (default rubric `SUPPORTS_RUBRIC`) about `ctx`'s task, and the list its verdicts are
+    appended to."""
+    j, p = _judges(ctx).get(params, default_rubric=SUPPORTS_RUBRIC)
+    question, step = task_text(ctx.task), _step(ctx)
     verdicts: list[Any] = []
 
     def supports(quote: str, answer: str) -> bool:
+        answer = clip_answer(answer, p.max_answer_chars)
+        quote = clip_answer(quote, p.max_evidence_chars or 1)
         judged = j.verdict(question, answer, [quote], step=step)
         verdicts.append(judged)
         return judged.verdict.value >= p.threshold

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -41,7 +42,6 @@ from typing import Any, Protocol
 from tracerl.rewards.judge.rubric import (
     Rubric,
     Verdict,
-    VerdictError,
     parse_group_verdict,
     parse_verdict,
 )
@@ -152,9 +152,10 @@ class JudgedGroup:
     members: int = field(default=0)
 
     def member(self, i: int) -> Judged:
-        """Member `i`'s verdict. The request's cost is recorded once, on member 0 (the
-        others are marked cached), so summing over episodes counts it once."""
-        first = i == 0 and not self.cached
+        """Member `i`'s verdict. The request's cost is recorded once, on the member whose
+        scoring made it (the others got the verdict from memory: cached), so summing over
+        episodes counts it once."""
+        first = not self.cached
         return Judged(
             self.verdicts[i],
             self.model,
@@ -215,7 +216,11 @@ class Judge:
         self._asking = [threading.Lock() for _ in range(ASKING_STRIPES)]
 
     def key(self, messages: list[dict[str, str]]) -> str:
-        spec = {"rubric": self.rubric.key, "model": self.client.model, "messages": messages}
+        """The question's hash: the rubric, the judge (its model, and what else of the
+        client changes a verdict: `identity`, e.g. endpoint, temperature, reply length) and
+        the messages."""
+        judge = getattr(self.client, "identity", None) or self.client.model
+        spec = {"rubric": self.rubric.key, "model": judge, "messages": messages}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
     def spent(self, step: Hashable = None) -> tuple[int, int]:
@@ -311,7 +316,9 @@ class Judge:
             if isinstance(known, tuple):
                 failure, when = known
                 if time.monotonic() - when <= FAILURE_MEMORY_S:
-                    return failure
+                    # a new failure, costing nothing: the attempts were counted once
+                    evidence = {**failure.evidence, "attempts": 0, "tokens": 0}
+                    return JudgeFailed(str(failure), {**evidence, "remembered": True})
                 del self._memory[key]
                 return None
             return known
@@ -348,16 +355,16 @@ class Judge:
                 )
             try:
                 reply = self.client.complete(messages)
-            except JudgeUnavailable as e:
+            except Exception as e:  # JudgeUnavailable, or whatever a user's client raises
                 errors.append(f"{type(e).__name__}: {e}")
                 continue
-            used = reply.prompt_tokens + reply.completion_tokens
+            used = int(reply.prompt_tokens) + int(reply.completion_tokens)
             tokens += used
             with self._lock:
                 self._spent.setdefault(step, _Spent()).tokens += used
             try:
                 verdicts = parse(reply.text)
-            except VerdictError as e:
+            except Exception as e:  # a VerdictError, or a reply no parser foresaw
                 errors.append(f"{type(e).__name__}: {e}")
                 continue
             return {
@@ -409,10 +416,19 @@ class Judge:
 
 
 def _whole(record: Any) -> bool:
+    """A cached record as this code writes it (values finite numbers): anything else is
+    asked again."""
     try:
         return (
             bool(record["verdicts"])
-            and all(isinstance(v, dict) and "value" in v and "raw" in v for v in record["verdicts"])
+            and all(
+                isinstance(v, dict)
+                and "raw" in v
+                and isinstance(v.get("value"), int | float)
+                and not isinstance(v["value"], bool)
+                and math.isfinite(v["value"])
+                for v in record["verdicts"]
+            )
             and all(
                 k in record for k in ("prompt_tokens", "completion_tokens", "latency_s", "attempts")
             )
