@@ -139,11 +139,7 @@ class CompletionServer:
                     "finish_reason": res.finish_reason,
                 }
             ],
-            "usage": {
-                "prompt_tokens": len(ids),
-                "completion_tokens": len(res.token_ids),
-                "total_tokens": len(ids) + len(res.token_ids),
-            },
+            "usage": _usage(len(ids), len(res.token_ids)),
         }
 
     async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +179,7 @@ class CompletionServer:
                     "finish_reason": res.finish_reason,
                 }
             ],
-            "usage": {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": len(res.token_ids),
-                "total_tokens": len(prompt) + len(res.token_ids),
-            },
+            "usage": _usage(len(prompt), len(res.token_ids)),
         }
 
     async def load_lora(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -229,6 +221,14 @@ class CompletionServer:
         if self._httpd is not None:
             await asyncio.to_thread(self._httpd.shutdown)
             self._httpd.server_close()
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")

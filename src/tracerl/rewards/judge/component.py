@@ -259,14 +259,13 @@ def judge(ctx: RewardContext, **params: Any) -> Score:
         if index is None:  # a group that does not hold this episode: judge it alone
             members, index = [ctx], 0
         share = p.max_evidence_chars // len(members)
-        group = j.group_verdict(
+        judged = j.group_verdict(
             task,
             [clip_answer(c.answer_text, p.max_answer_chars) for c in members],
             [observations(c, share) if p.evidence else [] for c in members],
             reference=reference,
             step=_step(ctx),
-        )
-        judged = group.member(index)
+        )[index]
         return Score(
             judged.verdict.value,
             {**judged.evidence(), "threshold": p.threshold, "group": len(members)},

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -136,39 +136,6 @@ class Judged:
         return out
 
 
-@dataclass(frozen=True)
-class JudgedGroup:
-    """A group-relative verdict: one per answer, in order, and what the one request cost."""
-
-    verdicts: list[Verdict]
-    model: str
-    rubric: str
-    rubric_version: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    attempts: int = 1
-    cached: bool = False
-    members: int = field(default=0)
-
-    def member(self, i: int) -> Judged:
-        """Member `i`'s verdict. The request's cost is recorded once, on the member whose
-        scoring made it (the others got the verdict from memory: cached), so summing over
-        episodes counts it once."""
-        first = not self.cached
-        return Judged(
-            self.verdicts[i],
-            self.model,
-            self.rubric,
-            self.rubric_version,
-            self.prompt_tokens if first else 0,
-            self.completion_tokens if first else 0,
-            self.latency_s if first else 0.0,
-            self.attempts if first else 0,
-            not first,
-        )
-
-
 class VerdictCache:
     """Verdicts on disk, one JSON file each, named by the question's hash; written to a
     temporary name and renamed, so a file that exists is whole."""
@@ -253,26 +220,17 @@ class Judge:
         *,
         reference: Sequence[str] | None = None,
         step: Hashable = None,
-    ) -> JudgedGroup:
-        """One group-relative verdict on all `answers` (in order)."""
+    ) -> list[Judged]:
+        """One group-relative verdict on all `answers`: each answer's, in order. The
+        request's cost is on each (a member takes its own: the one whose scoring made the
+        request pays it, the others get the verdict from memory, cached, at no cost)."""
         n = len(answers)
         messages = self.rubric.group_messages(task, answers, evidence, reference)
         schema = self.rubric.verdict
         record, cached = self._ask(
             messages, lambda text: parse_group_verdict(text, schema, n), step
         )
-        return JudgedGroup(
-            [self._verdict(v) for v in record["verdicts"]],
-            self.client.model,
-            self.rubric.name,
-            self.rubric.version,
-            int(record["prompt_tokens"]),
-            int(record["completion_tokens"]),
-            float(record["latency_s"]),
-            int(record["attempts"]),
-            cached,
-            n,
-        )
+        return [self._judged(record, i, cached) for i in range(n)]
 
     def _ask(
         self,

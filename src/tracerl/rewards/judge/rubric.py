@@ -147,17 +147,8 @@ class Rubric:
             "The task, the evidence, the answer" + (" and the reference" if reference else ""),
             self.verdict.instructions(),
         )
-        lines = [
-            f"TASK: {quote(task)}",
-            f"EVIDENCE: {quote(list(evidence))}",
-        ]
-        if reference:
-            lines.append(f"REFERENCE: {quote(list(reference))}")
-        lines.append(f"ANSWER: {quote(answer)}")
-        return [
-            {"role": "system", "content": system},
-            {"role": "user", "content": "\n".join(lines)},
-        ]
+        fields = {"TASK": task, "EVIDENCE": list(evidence), "REFERENCE": reference}
+        return _chat(system, {**fields, "ANSWER": answer})
 
     def group_messages(
         self,
@@ -182,14 +173,18 @@ class Rubric:
             {"answer": a, "evidence": list(evidence[i]) if i < len(evidence) else []}
             for i, a in enumerate(answers)
         ]
-        lines = [f"TASK: {quote(task)}"]
-        if reference:
-            lines.append(f"REFERENCE: {quote(list(reference))}")
-        lines.append(f"ANSWERS: {quote(quoted)}")
-        return [
-            {"role": "system", "content": system},
-            {"role": "user", "content": "\n".join(lines)},
-        ]
+        return _chat(system, {"TASK": task, "REFERENCE": reference, "ANSWERS": quoted})
+
+
+def _chat(system: str, fields: dict[str, Any]) -> list[dict[str, str]]:
+    """The system message, and a user message of one quoted field per line (a reference
+    only when there is one)."""
+    lines = [
+        f"{name}: {quote(list(v) if name == 'REFERENCE' else v)}"
+        for name, v in fields.items()
+        if v or name != "REFERENCE"
+    ]
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
 
 
 def quote(value: Any) -> str:
