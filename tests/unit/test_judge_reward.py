@@ -413,3 +413,11 @@ def test_whatever_a_client_or_a_reply_throws_is_the_evaluators(tmp_path):
     e = r.component("judged").evidence
     assert e["attempts"] == 2 and e["tokens"] == 15 and len(e["errors"]) == 2
     assert judge_metrics([r])["judge_failure_rate"] == 1.0
+
+
+def test_an_episode_that_never_answered_is_not_counted_as_judged(judge_server, tmp_path):
+    reward = _reward(_params(judge_server, tmp_path), gate=False)
+    r = reward(_episode([_search()] * 9))
+    c = r.component("judged")
+    assert r.decided and c.value == 0.0 and c.evidence["not_asked"] == "no answer"
+    assert r.judged() == [] and judge_metrics([r]) == {} and judge_server.requests == []

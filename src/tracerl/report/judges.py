@@ -62,7 +62,7 @@ def section(d: RunData) -> str:
             "judge",
             "rubric version",
             "model",
-            "verdicts asked",
+            "episodes judged",
             "requests",
             "tokens",
             "tokens / verdict",

@@ -250,7 +250,8 @@ def judge(ctx: RewardContext, **params: Any) -> Score:
     value in [0, 1] (a score rescaled, or a label's value)."""
     j, p = _judges(ctx).get(params)
     if not ctx.answer_text.strip():
-        return Score(0.0, {"judge": j.rubric.name, "verdict": "no answer: not asked"})
+        # the policy's doing, decided, and no verdict: not a judged component (no "judge")
+        return Score(0.0, {"rubric": j.rubric.name, "not_asked": "no answer"})
     task = task_text(ctx.task)
     reference = reference_answers(ctx.task) if p.reference else None
     if p.mode == "group":
