@@ -1,7 +1,7 @@
 """`torchrun --nproc-per-node 2 -m tracerl train` on CPU (gloo): a ``ddp`` run, one of
 whose ranks is killed with SIGKILL, resumes to the end and matches a single-process run's
-metrics step by step; an ``fsdp2`` run's checkpoint resumes in one process, and the
-reverse. (Two processes with ``strategy: single`` are refused: a unit test,
+metrics step by step; a single process's checkpoint resumes under ``fsdp2``, and
+``fsdp2``'s in one process again. (Two processes with ``strategy: single`` are refused: a unit test,
 `tests/unit/test_distributed_learner.py`.)"""
 
 from __future__ import annotations
@@ -113,13 +113,10 @@ def test_a_ddp_run_survives_a_killed_rank_and_matches_one_process(tmp_path, sing
 
 
 def test_checkpoints_move_between_one_process_and_fsdp2(tmp_path, single):
-    # fsdp2 for steps 0-2, one process for 3-5
-    out = tmp_path / "fsdp2-then-one"
-    _finish(_train(out, 2, "trainer.learner.strategy=fsdp2", "trainer.steps=3"))
+    # one process for steps 0-1, fsdp2 for 2-3 (from its checkpoint), one process again
+    # for 4-5 (from fsdp2's): both directions in one chain of three launches
+    out = tmp_path / "one-fsdp2-one"
+    _finish(_train(out, 1, "trainer.steps=2"))
+    _finish(_train(out, 2, "trainer.learner.strategy=fsdp2", "trainer.steps=4", "--resume"))
     _finish(_train(out, 1, "--resume"))
-    _assert_same_steps(out / RUN, single)
-    # one process for steps 0-2, fsdp2 for 3-5
-    out = tmp_path / "one-then-fsdp2"
-    _finish(_train(out, 1, "trainer.steps=3"))
-    _finish(_train(out, 2, "trainer.learner.strategy=fsdp2", "--resume"))
     _assert_same_steps(out / RUN, single)
