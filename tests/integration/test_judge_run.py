@@ -147,7 +147,7 @@ def test_smollm2_judges_through_tracerl_serve(tmp_path, tiny):
         policy = Policy(ScriptedSampler.from_texts(tiny.renderer, [text]), tiny.renderer, p, "t")
         return asyncio.run(run_episode(make("search", corpus="synthetic"), task, policy, cfg))
 
-    with tracerl_serve("smollm2-135m-instruct", "--temperature", "0.1") as url:
+    with tracerl_serve("smollm2-135m-instruct", "--temperature", "0") as url:  # greedy
         params = {
             "rubric": {
                 "name": "correct",
@@ -155,7 +155,6 @@ def test_smollm2_judges_through_tracerl_serve(tmp_path, tiny):
             },
             "base_url": f"{url}/v1",
             "model": "smollm2-135m-instruct",
-            "temperature": 0.1,
             "max_tokens": 32,
             "retries": 0,
             "cache": str(tmp_path / "verdicts"),

@@ -141,3 +141,23 @@ def test_tracerl_serves_chat_completions_a_judge_can_ask(tiny, tmp_path):
             assert 0.0 <= judged.verdict.value <= 1.0
     finally:
         server.stop()
+
+
+def test_tracerl_serve_at_temperature_0_answers_a_judge_greedily(tiny):
+    """`tracerl serve --temperature 0`: greedy chat replies, the judge's default
+    temperature accepted; the same question twice gets the same reply."""
+    import copy
+
+    from tracerl.rollout import BatchedHFSampler
+    from tracerl.rollout.serve import ServerThread
+
+    sampler = BatchedHFSampler(copy.deepcopy(tiny.model), temperature=0.0, seed=0)
+    server = ServerThread(sampler, "tiny-random", tiny.tokenizer)
+    url = server.start()
+    try:
+        client = OpenAIJudgeClient(f"{url}/v1", "tiny-random", max_tokens=8)  # temperature 0
+        messages = RUBRIC.messages("What is 2 + 2?", "4")
+        first, second = client.complete(messages), client.complete(messages)
+        assert first.text == second.text and first.completion_tokens >= 1
+    finally:
+        server.stop()

@@ -8,6 +8,8 @@ forward per decode step, not sixteen of each.
 
 Logprob definition (the same as `tracerl.rollout.sampler`): for each sampled token,
 ``log softmax(logits / temperature)[token]``, temperature applied, no top-k/top-p truncation.
+Temperature 0 is greedy decoding (the most likely token; its log-prob untempered): for
+`tracerl serve` answering a model judge, never for training (the config refuses it).
 
 Padding: prompts are left-padded to the longest one, with an attention mask that hides the
 pad tokens and explicit ``position_ids = clamp(cumsum(mask) - 1, min=0)``, so each row's real
@@ -82,8 +84,8 @@ class BatchedHFSampler:
     ) -> None:
         import torch
 
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 (use a small value for near-greedy)")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
@@ -217,9 +219,10 @@ class BatchedHFSampler:
             len_B = mask_B_T.sum(-1)
             rows = list(range(n_B))  # the requests still in the batch, in batch order
             for step in range(max(r.max_tokens for r in requests)):
-                logp_B_V = torch.log_softmax(logits_B_V.float() / self.temperature, dim=-1)
+                logp_B_V = torch.log_softmax(logits_B_V.float() / (self.temperature or 1.0), -1)
                 uniforms_B = torch.cat([torch.rand(1, generator=gens[b]) for b in rows])
-                next_B = draw(logp_B_V, uniforms_B)
+                # temperature 0 is greedy (`tracerl serve` for a judge; training refuses it)
+                next_B = logp_B_V.argmax(-1) if not self.temperature else draw(logp_B_V, uniforms_B)
                 for i, b in enumerate(rows):
                     tok = int(next_B[i])
                     tokens[b].append(tok)

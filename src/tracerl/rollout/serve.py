@@ -326,7 +326,9 @@ def serve_command(
     ],
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (0: greedy, as a judge asks)")
+    ] = 1.0,
     max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
     enable_lora: Annotated[
         bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
