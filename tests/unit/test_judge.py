@@ -184,3 +184,11 @@ def test_a_failure_is_remembered_briefly_never_for_the_run(tmp_path, monkeypatch
     monkeypatch.setattr(judge_module, "FAILURE_MEMORY_S", 0.0)  # the outage is over
     assert judge.verdict("t", "a").verdict.raw == 5
     assert len(client.requests) == 3
+
+
+def test_a_cache_that_cannot_be_written_loses_no_verdict(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    client = ScriptedJudge('{"score": 7}')
+    judged = Judge(RUBRIC, client, VerdictCache(blocked / "cache")).verdict("t", "a")
+    assert judged.verdict.raw == 7 and not judged.cached

@@ -72,8 +72,8 @@ class JudgeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rubric: str | dict[str, Any] | None = None
-    """A rubric file (YAML or JSON: name, instructions, version, verdict), or the rubric
-    inline. Required for ``fn: judge``; the citation chain has its own by default."""
+    """A rubric file (YAML or JSON: name, instructions, version, verdict; a relative path is
+    from the working directory), or the rubric inline. Required for ``fn: judge``; the citation chain has its own by default."""
     model: str
     """The judge model's name, as the endpoint knows it (part of the cache key)."""
     base_url: str | None = None
@@ -97,8 +97,8 @@ class JudgeParams(BaseModel):
     cache: bool | str = True
     """Verdicts on disk: true (``$TRACERL_CACHE/judge``), a folder, or false."""
     budget: BudgetParams = Field(default_factory=lambda: BudgetParams())
-    """Per step (episodes sampled by one policy version, its evaluation included):
-    ``calls_per_step`` (requests) and ``tokens_per_step``."""
+    """Per step (the episodes sampled by one policy version; its evaluation has a budget
+    of its own): ``calls_per_step`` (requests) and ``tokens_per_step``."""
     evidence: bool = True
     """Show the judge the episode's observations (tool output, retrieved text)."""
     max_evidence_chars: int = Field(8000, ge=0)
@@ -115,8 +115,9 @@ class JudgeParams(BaseModel):
 
 
 class JudgeSet:
-    """The judges a process's reward specs use, one per distinct set of params: the same
-    params share one judge (its budget, its memory of questions asked)."""
+    """Judges, one per distinct set of params: the same params share one judge (its budget,
+    its memory of questions asked). A run's reward has its own (`RunReward.judges`);
+    `JUDGES` serves a reward composed without one."""
 
     def __init__(self) -> None:
         self._judges: dict[str, tuple[Judge, JudgeParams]] = {}

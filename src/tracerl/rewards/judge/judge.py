@@ -152,12 +152,19 @@ class VerdictCache:
         except (OSError, ValueError):
             return None
 
-    def put(self, key: str, record: dict[str, Any]) -> None:
+    def put(self, key: str, record: dict[str, Any]) -> bool:
+        """Store a verdict; False when the folder cannot take it (a full or read-only
+        disk: the verdict stands, it is only not cached)."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(record))
+            tmp.replace(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return False
+        return True
 
 
 class Judge:
