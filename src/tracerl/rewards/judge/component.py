@@ -73,7 +73,8 @@ class JudgeParams(BaseModel):
 
     rubric: str | dict[str, Any] | None = None
     """A rubric file (YAML or JSON: name, instructions, version, verdict; a relative path is
-    from the working directory), or the rubric inline. Required for ``fn: judge``; the citation chain has its own by default."""
+    from the working directory), or the rubric inline. Required for ``fn: judge``; the
+    citation chain has its own by default."""
     model: str
     """The judge model's name, as the endpoint knows it (part of the cache key)."""
     base_url: str | None = None

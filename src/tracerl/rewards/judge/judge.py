@@ -26,6 +26,7 @@ next one (an outage is not remembered for the rest of the run).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -162,7 +163,8 @@ class VerdictCache:
             tmp.write_text(json.dumps(record))
             tmp.replace(path)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             return False
         return True
 
