@@ -78,7 +78,11 @@ async def run_group(
     after a crash): those are returned as they are, not run (or written) again.
     `on_episode` is called with each episode as it finishes (or is reused): progress bars.
     `score` (the run's reward) is attached to each episode before it is written, so the
-    run directory keeps every reward breakdown; a reused episode keeps the one it has.
+    run directory keeps every reward breakdown; a reused episode keeps the one it has. A
+    reward that ranks a group's members against one another (``score.needs_group``: a
+    group-relative judge) scores the group once all have finished (``score.score_group``),
+    and the group is written then; one that waits on a model (``score.blocking``) is
+    scored on a thread pool of its own, so the other episodes run meanwhile.
     """
     if group_size < 1:
         raise ValueError(f"run_group: group_size must be >= 1, got {group_size}")
