@@ -162,12 +162,7 @@ def report(
     """Write the run's dashboard (RUN/report/index.html) and print its path.
 
     Self-contained and offline, with a page for each episode it links."""
-    from tracerl.judge_calibration import REVIEW_FILE, write_agreement
-    from tracerl.report.html import write_report
-
-    if (run / REVIEW_FILE).exists():  # people's verdicts: the judges' agreement with them
-        write_agreement(run)
-    index = write_report(run, n_triage=n)
+    index = _write_report(run, n)
     console.print(f"report: {index}", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -338,11 +333,20 @@ def train(
     from tracerl.report.terminal import print_evals
 
     print_evals(cfg.run_dir, console)
+    console.print(
+        f"report: {_write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def _write_report(run: Path, n: int = 100) -> Path:
+    """The dashboard, with the judges' agreement with people refreshed first when the run
+    has a review pool (a resumed run's pool holds verdicts on earlier steps' answers)."""
+    from tracerl.judge_calibration import REVIEW_FILE, write_agreement
     from tracerl.report.html import write_report
 
-    console.print(
-        f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
-    )
+    if (run / REVIEW_FILE).exists():
+        write_agreement(run)
+    return write_report(run, n_triage=n)
 
 
 @app.command()
