@@ -341,12 +341,14 @@ def train(
 def _write_report(run: Path, n: int = 100) -> Path:
     """The dashboard, with the judges' agreement with people refreshed first when the run
     has a review pool (a resumed run's pool holds verdicts on earlier steps' answers)."""
-    from tracerl.judge_calibration import REVIEW_FILE, write_agreement
+    from tracerl.judge_calibration import REVIEW_FILE, judged_in_run, write_agreement
     from tracerl.report.html import write_report
+    from tracerl.report.run import RunData
 
+    data = RunData.load(run)  # read once, for both
     if (run / REVIEW_FILE).exists():
-        write_agreement(run)
-    return write_report(run, n_triage=n)
+        write_agreement(run, judged_in_run(data.episodes))
+    return write_report(run, n_triage=n, data=data)
 
 
 @app.command()
@@ -423,9 +425,10 @@ def review(
     Works on a run written by `tracerl eval` (its review.sqlite), and with --from-judge on
     any run whose rewards a judge scored (the report then shows the judge's agreement)."""
     from tracerl.evaluate import reviewed_metrics
+    from tracerl.judge_calibration import REVIEW_FILE
     from tracerl.rewards.review import ReviewPool
 
-    path = run / "review.sqlite"
+    path = run / REVIEW_FILE
     if from_judge is not None:
         _queue_judged(run, from_judge)
     if not path.exists():
@@ -445,9 +448,12 @@ def review(
         console.print(
             f"sample {s.id}: {'correct' if s.verdict else 'wrong'} by {s.reviewer}", markup=False
         )
-        from tracerl.judge_calibration import write_agreement
+        from tracerl.report.judges import AGREEMENT_FILE
 
-        write_agreement(run)  # a judge's agreement with people may have changed
+        if (run / AGREEMENT_FILE).exists():  # a judge's agreement with people may change
+            from tracerl.judge_calibration import write_agreement
+
+            write_agreement(run)
     pending = pool.samples(pending_only=True)
     for s in pending:
         console.print(

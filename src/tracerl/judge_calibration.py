@@ -14,7 +14,8 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from tracerl.report.run import RunData
+from tracerl.report.judges import AGREEMENT_FILE
+from tracerl.report.run import EpisodeRecord, RunData
 from tracerl.rewards.compose import RewardContext
 from tracerl.rewards.judge.calibration import (
     JudgedAnswer,
@@ -25,13 +26,12 @@ from tracerl.rewards.judge.calibration import (
 from tracerl.rewards.review import ReviewPool
 
 REVIEW_FILE = "review.sqlite"
-AGREEMENT_FILE = "judge_agreement.json"
 
 
-def judged_in_run(run_dir: str | os.PathLike[str]) -> list[JudgedAnswer]:
+def judged_in_run(episodes: list[EpisodeRecord]) -> list[JudgedAnswer]:
     """The decided judge verdicts of a run's episodes (one per judge, task and answer)."""
     rows = []
-    for e in RunData.load(run_dir).episodes:
+    for e in episodes:
         r = e.reward
         if r is None or not r.judged():
             continue
@@ -43,7 +43,7 @@ def judged_in_run(run_dir: str | os.PathLike[str]) -> list[JudgedAnswer]:
 def queue_judged(run_dir: str | os.PathLike[str], n: int) -> tuple[list[JudgedAnswer], int]:
     """Queue up to `n` judged answers for people (`queue_for_review`); returns those added
     and how many judged answers the run has."""
-    judged = judged_in_run(run_dir)
+    judged = judged_in_run(RunData.load(run_dir).episodes)
     added = queue_for_review(judged, ReviewPool(Path(run_dir) / REVIEW_FILE), n) if judged else []
     write_agreement(run_dir, judged)
     return added, len(judged)
@@ -55,7 +55,7 @@ def write_agreement(
     """Write ``RUN/judge_agreement.json`` (each judge and rubric version: pairs, accuracy,
     kappa, counts); None, and nothing written, when no episode was judged."""
     root = Path(run_dir)
-    judged = judged_in_run(root) if judged is None else judged
+    judged = judged_in_run(RunData.load(root).episodes) if judged is None else judged
     if not judged:
         return None
     review = root / REVIEW_FILE

@@ -257,9 +257,12 @@ def _gap_curve(d: RunData, number: int) -> list[str]:
     ]
 
 
-def write_report(run_dir: str | os.PathLike[str], n_triage: int = 100) -> Path:
-    """Write ``RUN/report/index.html`` and the linked episodes' pages; returns the index."""
-    d = RunData.load(run_dir)
+def write_report(
+    run_dir: str | os.PathLike[str], n_triage: int = 100, data: RunData | None = None
+) -> Path:
+    """Write ``RUN/report/index.html`` and the linked episodes' pages; returns the index.
+    `data`: the run directory, when the caller has read it already."""
+    d = RunData.load(run_dir) if data is None else data
     tri = triage(d.episodes, n_triage)
     linked: dict[int, EpisodeRecord] = {}
     facts, cards = run_facts.facts(d)

@@ -45,11 +45,7 @@ def section(d: RunData) -> str:
             )
             s["n"] += 1
             s["requests"] += int(ev.get("attempts", 0))
-            s["tokens"] += (
-                int(ev["tokens"])
-                if "tokens" in ev
-                else int(ev.get("prompt_tokens", 0)) + int(ev.get("completion_tokens", 0))
-            )
+            s["tokens"] += int(ev.get("tokens", 0))
             s["latency"] += float(ev.get("latency_s", 0.0))
             s["cached"] += bool(ev.get("cached"))
             failed = not c.decided and "error" in ev

@@ -52,6 +52,7 @@ class CompletionServer:
         self.base_name = model_name
         self.model_name = model_name  # what answers are sampled by: the newest adapter
         self.tokenizer = tokenizer
+        self._chat_stops: frozenset[int] | None = None  # found once (a 49k-entry vocab scan)
         self.enable_lora = enable_lora
         self.adapters: set[str] = set()
         self.served = 0
@@ -116,12 +117,13 @@ class CompletionServer:
         )
         if not isinstance(ids, list):  # a BatchEncoding (newer transformers)
             ids = list(ids["input_ids"])
-        stops = _end_of_turn_ids(self.tokenizer)
+        if self._chat_stops is None:
+            self._chat_stops = _end_of_turn_ids(self.tokenizer)
         res = await self.sampler.sample(
             SampleRequest(
                 tuple(ids),
                 max_tokens=int(req.get("max_tokens") or 256),
-                stop_token_ids=frozenset(stops),
+                stop_token_ids=self._chat_stops,
                 seed=req.get("seed"),
             )
         )
@@ -236,10 +238,10 @@ END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoft
 Gemma): a chat reply stops at the first of them the tokenizer has, or at its EOS."""
 
 
-def _end_of_turn_ids(tokenizer: Any) -> set[int]:
+def _end_of_turn_ids(tokenizer: Any) -> frozenset[int]:
     vocab = tokenizer.get_vocab()
     ids = {vocab[t] for t in END_OF_TURN if t in vocab}
-    return (ids | {tokenizer.eos_token_id}) - {None}
+    return frozenset((ids | {tokenizer.eos_token_id}) - {None})
 
 
 class ServerThread:

@@ -59,13 +59,6 @@ SUPPORTS_RUBRIC = Rubric(
 ``judge``): a label, supports or not."""
 
 
-class BudgetParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    calls_per_step: int | None = Field(None, ge=1)
-    tokens_per_step: int | None = Field(None, ge=1)
-
-
 class JudgeParams(BaseModel):
     """A judge component's ``params`` (and a citation chain's ``judge``)."""
 
@@ -97,7 +90,7 @@ class JudgeParams(BaseModel):
     verdict."""
     cache: bool | str = True
     """Verdicts on disk: true (``$TRACERL_CACHE/judge``), a folder, or false."""
-    budget: BudgetParams = Field(default_factory=lambda: BudgetParams())
+    budget: JudgeBudget = Field(default_factory=JudgeBudget)
     """Per step (the episodes sampled by one policy version; its evaluation has a budget
     of its own): ``calls_per_step`` (requests) and ``tokens_per_step``."""
     evidence: bool = True
@@ -174,8 +167,7 @@ def _build(params: dict[str, Any], default_rubric: Rubric | None) -> tuple[Judge
     cache = None
     if p.cache is not False:
         cache = VerdictCache(cache_dir() / "judge" if p.cache is True else Path(p.cache))
-    budget = JudgeBudget(p.budget.calls_per_step, p.budget.tokens_per_step)
-    return Judge(rubric, client, cache, p.retries, budget), p
+    return Judge(rubric, client, cache, p.retries, p.budget), p
 
 
 def load_rubric(source: str | dict[str, Any]) -> Rubric:
@@ -312,6 +304,7 @@ def judged_cost(verdicts: Sequence[Any]) -> dict[str, Any]:
         "judge": verdicts[0].rubric if verdicts else "",
         "prompt_tokens": sum(v.prompt_tokens for v in verdicts),
         "completion_tokens": sum(v.completion_tokens for v in verdicts),
+        "tokens": sum(v.prompt_tokens + v.completion_tokens for v in verdicts),
         "latency_s": sum(v.latency_s for v in verdicts),
         "attempts": sum(v.attempts for v in verdicts),
         "cached": all(v.cached for v in verdicts),

@@ -40,6 +40,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from tracerl.rewards.judge.rubric import (
     Rubric,
     Verdict,
@@ -73,19 +76,14 @@ class JudgeBudgetSpent(JudgeFailed):
     """The step's judge budget was spent before this question: it was not asked."""
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class JudgeBudget:
     """What one judge may spend per step: requests (attempts count, a cached verdict does
-    not) and tokens (prompt + completion). None: no cap."""
+    not) and tokens (prompt + completion). None: no cap. (Also a judge component's
+    ``budget`` param, checked as it is given.)"""
 
-    calls_per_step: int | None = None
-    tokens_per_step: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("calls_per_step", "tokens_per_step"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or int(value) < 1):
-                raise ValueError(f"judge budget: {name} must be a positive integer, got {value!r}")
+    calls_per_step: int | None = Field(None, ge=1)
+    tokens_per_step: int | None = Field(None, ge=1)
 
 
 @dataclass
@@ -129,9 +127,11 @@ class Judged:
 
     def evidence(self) -> dict[str, Any]:
         """What the reward breakdown records (``judge``: the rubric's name, how cost and
-        calibration find judged components)."""
+        calibration find judged components; ``tokens``: prompt + completion, as a failure's
+        evidence counts its attempts')."""
         out = asdict(self)
         out["judge"] = out.pop("rubric")
+        out["tokens"] = self.prompt_tokens + self.completion_tokens
         out["verdict"] = {"value": self.verdict.value, "raw": self.verdict.raw}
         out["reason"] = self.verdict.reason
         return out
@@ -199,12 +199,6 @@ class Judge:
         spec = {"rubric": self.rubric.key, "model": judge, "messages": messages}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
-    def spent(self, step: Hashable = None) -> tuple[int, int]:
-        """(requests, tokens) spent in `step`."""
-        with self._lock:
-            s = self._spent.get(step, _Spent())
-            return s.calls, s.tokens
-
     def verdict(
         self,
         task: str,
@@ -230,9 +224,10 @@ class Judge:
         reference: Sequence[str] | None = None,
         step: Hashable = None,
     ) -> list[Judged]:
-        """One group-relative verdict on all `answers`: each answer's, in order. The
-        request's cost is on each (a member takes its own: the one whose scoring made the
-        request pays it, the others get the verdict from memory, cached, at no cost)."""
+        """One group-relative verdict on all `answers`: each answer's, in order, each
+        carrying what this call cost (a member keeps only its own: the member whose scoring
+        made the request records its cost, the others get the verdict from memory, cached,
+        at no cost)."""
         n = len(answers)
         messages = self.rubric.group_messages(task, answers, evidence, reference)
         schema = self.rubric.verdict
@@ -364,13 +359,10 @@ class Judge:
             spent.calls += 1
             return None
 
-    @staticmethod
-    def _verdict(v: dict[str, Any]) -> Verdict:
-        return Verdict(float(v["value"]), v["raw"], str(v.get("reason", "")))
-
     def _judged(self, record: dict[str, Any], i: int, cached: bool) -> Judged:
+        v = record["verdicts"][i]
         return Judged(
-            self._verdict(record["verdicts"][i]),
+            Verdict(float(v["value"]), v["raw"], str(v.get("reason", ""))),
             self.client.model,
             self.rubric.name,
             self.rubric.version,

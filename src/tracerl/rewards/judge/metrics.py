@@ -16,15 +16,8 @@ Per batch of episodes (``train/...`` and ``eval/<split>/...`` alike):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tracerl.types import RewardBreakdown
-
-
-def _tokens(e: dict[str, Any]) -> int:
-    if "tokens" in e:  # a failure: what its attempts used
-        return int(e["tokens"])
-    return int(e.get("prompt_tokens", 0)) + int(e.get("completion_tokens", 0))
 
 
 def judge_metrics(rewards: Sequence[RewardBreakdown]) -> dict[str, float]:
@@ -38,7 +31,7 @@ def judge_metrics(rewards: Sequence[RewardBreakdown]) -> dict[str, float]:
     verdicts = [c.evidence for c in given if "verdict" in c.evidence or "judged" in c.evidence]
     return {
         "judge_requests_mean": sum(int(c.evidence.get("attempts", 0)) for c in components) / n,
-        "judge_tokens_mean": sum(_tokens(c.evidence) for c in components) / n,
+        "judge_tokens_mean": sum(int(c.evidence.get("tokens", 0)) for c in components) / n,
         "judge_latency_s_mean": sum(float(c.evidence.get("latency_s", 0.0)) for c in given) / n,
         "judge_cache_hit_rate": (
             sum(bool(e.get("cached")) for e in verdicts) / len(verdicts) if verdicts else 0.0

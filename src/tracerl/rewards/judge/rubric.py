@@ -147,7 +147,7 @@ class Rubric:
             "The task, the evidence, the answer" + (" and the reference" if reference else ""),
             self.verdict.instructions(),
         )
-        fields = {"TASK": task, "EVIDENCE": list(evidence), "REFERENCE": reference}
+        fields = {"TASK": task, "EVIDENCE": list(evidence), **_reference(reference)}
         return _chat(system, {**fields, "ANSWER": answer})
 
     def group_messages(
@@ -173,17 +173,17 @@ class Rubric:
             {"answer": a, "evidence": list(evidence[i]) if i < len(evidence) else []}
             for i, a in enumerate(answers)
         ]
-        return _chat(system, {"TASK": task, "REFERENCE": reference, "ANSWERS": quoted})
+        return _chat(system, {"TASK": task, **_reference(reference), "ANSWERS": quoted})
+
+
+def _reference(reference: Sequence[str] | None) -> dict[str, list[str]]:
+    """The REFERENCE field, only when there is a reference."""
+    return {"REFERENCE": list(reference)} if reference else {}
 
 
 def _chat(system: str, fields: dict[str, Any]) -> list[dict[str, str]]:
-    """The system message, and a user message of one quoted field per line (a reference
-    only when there is one)."""
-    lines = [
-        f"{name}: {quote(list(v) if name == 'REFERENCE' else v)}"
-        for name, v in fields.items()
-        if v or name != "REFERENCE"
-    ]
+    """The system message, and a user message of one quoted field per line."""
+    lines = [f"{name}: {quote(value)}" for name, value in fields.items()]
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
 
 
