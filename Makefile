@@ -1,6 +1,6 @@
 # Two commands build everything from a fresh machine:
 #   make demo   -- install, then run the main job end to end
-#   make test   -- install, then lint (ruff) and run the whole test suite
+#   make test   -- install, then lint (ruff, the layer contract) and run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -57,9 +57,12 @@ demo: $(STAMP)
 	rm -rf runs/demo-search
 	$(VENV)/bin/tracerl train configs/demo.yaml
 
+# The layer contract (pyproject.toml [tool.importlinter], drawn in docs/design.md): a module
+# imports only lower layers; the cycle check finds no import circle between files.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 # The report's browser test needs Debian's chromium (headless); installed when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)

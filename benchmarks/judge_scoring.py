@@ -34,7 +34,8 @@ from tests.judge_server import ScriptedJudgeServer
 from tracerl.envs import get_parser, make
 from tracerl.envs.search import tasks as task_sets
 from tracerl.models import load
-from tracerl.rewards.resolve import RunReward, resolve_reward
+from tracerl.rewards.resolve import resolve_reward
+from tracerl.rewards.run_reward import RunReward
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups

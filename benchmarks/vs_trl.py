@@ -144,7 +144,7 @@ Fairness notes:
   tool-calling SmolLM2 by a short supervised warm start, with our own machinery: the
   environment's reference script (`LookupEnv.check_script`: call `lookup(key)`, then answer
   with the value) is played through our rollout engine by a scripted sampler
-  (`tracerl.train.warm_start.reference_policy`, this template, the `hermes` parser) on
+  (`tracerl.rollout.reference.reference_policy`, this template, the `hermes` parser) on
   --warm-tasks (48) tasks whose keys are disjoint from the measured ones, then
   `tracerl.train.sft.sft` (lr 5e-5, --warm-epochs (1), micro-batches of 2048 tokens) trains
   on the policy tokens of those episodes (each episode is ~350 tokens, ~34 of them the

@@ -31,9 +31,9 @@ from tracerl.models import ChatRenderer, load
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups
+from tracerl.rollout.reference import reference_policy
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.sft import sft
-from tracerl.train.warm_start import reference_policy
 from tracerl.types import Source, ToolCall
 
 PROMPTS = 4  # prompts per step

@@ -25,7 +25,7 @@ _LAZY = {
     "Conversation": "tracerl.models",
     "PolicyBundle": "tracerl.models",
     "make": "tracerl.envs",
-    "check_env": "tracerl.envs",
+    "check_env": "tracerl.rollout.env_check",
     "tool": "tracerl.envs",
     "ToolEnv": "tracerl.envs",
     "FaultInjector": "tracerl.envs",

@@ -27,21 +27,35 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tracerl.envs import FaultInjector, make
+from tracerl.config import RunConfig
+from tracerl.envs import FaultInjector
 from tracerl.envs.refund_desk import reference_plan
-from tracerl.models import load
 from tracerl.report.run import find_episode
 from tracerl.report.terminal import print_trajectory
-from tracerl.rollout import BatchedHFSampler, ScriptedSampler
+from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import episode_member, episode_task_id, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
 from tracerl.rollout.replay import replay_exact
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.rollout.sampler import SampleRequest
+from tracerl.train.run import Run
 
 CONFIG = RolloutConfig(budgets=Budgets(steps=5, tool_calls=5), max_turn_tokens=96)
 TEMPERATURE = 0.7
+DEMO_RUN = RunConfig.model_validate(
+    {
+        "name": "demo",
+        "model": {
+            "spec": "smollm2-135m-instruct",
+            "temperature": TEMPERATURE,
+            "max_batch_size": 16,
+        },
+        "env": {"name": "refund_desk"},
+        "trainer": {"seed": 7},
+    }
+)
+"""The demo's model and environment, built as any run's are (`tracerl.train.run.Run`)."""
 MISTAKE = ("cancel_order", {"order_id": "A1001"})
 """The reference agent's deliberate mistake: a call to a tool refund_desk does not have."""
 
@@ -139,23 +153,23 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     console = console or Console()
     console.rule("[bold]tracerl demo: refund_desk under injected faults")
     t0 = time.perf_counter()
-    bundle = load("smollm2-135m-instruct")
+    run = Run.model_only(DEMO_RUN)
+    bundle, sampler = run.bundle, run.sampler
     how = "converted from the GGUF and cached" if bundle.origin == "gguf" else "from the cache"
     console.print(f"loaded {bundle.model_id} {how} in {bundle.load_seconds:.1f} s")
-    sampler = BatchedHFSampler(bundle.model, temperature=TEMPERATURE, seed=7)
     path = step_file(out_dir, 0)
     path.unlink(missing_ok=True)  # a fresh demo run
     writer = EpisodeWriter(out_dir, step=0)
-    tasks = make("refund_desk").sample_tasks(2, seed=3)
+    tasks = run.env().sample_tasks(2, seed=3)
 
     def env() -> FaultInjector:
-        return FaultInjector(make("refund_desk"), rate=0.3, seed=1)
+        return FaultInjector(run.env(), rate=0.3, seed=1)
 
     async def both() -> list[list[list[Episode]]]:
         model = run_groups(
             env,
             tasks,
-            Policy.from_bundle(bundle, sampler),
+            run.policy,
             CONFIG,
             group_size=4,
             seed=7,

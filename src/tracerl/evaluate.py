@@ -22,11 +22,10 @@ split in ``metrics.jsonl``:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracerl.envs import FaultInjector, make
+from tracerl.envs import make
 from tracerl.errors import UserError
 from tracerl.report.sinks import append_metrics
 from tracerl.rewards import SEARCH_REWARD, RewardContext, RewardSpec, compose
@@ -35,6 +34,7 @@ from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.evaluation import task_batches
 from tracerl.train.metrics import eval_metrics
 from tracerl.types import RewardBreakdown
 
@@ -109,26 +109,6 @@ def evaluate(
         append_metrics(out_dir, {"step": 0, "split": split, **m})
         metrics.update(m)
     return metrics
-
-
-def task_batches(
-    tasks: list[dict[str, Any]], env: Callable[[], Any], *, seed: int
-) -> list[tuple[str, list[dict[str, Any]], Callable[[], Any]]]:
-    """``(kind, tasks, env factory)`` batches. Adversarial tasks run per trap kind: the
-    ``timeout`` kind in an env where half of the tool steps time out (retries may recover);
-    tasks without a kind run at once in `env`."""
-    kinds = sorted({str(t.get("kind", "")) for t in tasks})
-    out = []
-    for kind in kinds:
-        batch = [t for t in tasks if str(t.get("kind", "")) == kind]
-        factory = env
-        if kind == "timeout":
-
-            def factory(env: Callable[[], Any] = env) -> Any:
-                return FaultInjector(env(), rate=0.5, kinds=["timeout"], seed=seed)
-
-        out.append((kind, batch, factory))
-    return out
 
 
 def _review(pool: ReviewPool, episodes: list[Episode], split: str) -> dict[str, float]:

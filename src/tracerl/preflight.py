@@ -21,7 +21,8 @@ from tracerl.config import ConfigError, RunConfig
 from tracerl.envs.base import Env
 from tracerl.envs.registry import EnvSpec, resolve
 from tracerl.errors import UserError
-from tracerl.rewards.resolve import RunReward, check_functions, resolve_reward
+from tracerl.rewards.resolve import check_functions, resolve_reward
+from tracerl.rewards.run_reward import RunReward
 
 ADVERSARIAL = "adversarial"
 EVAL_PREFERENCE = ("heldout", "test", "validation", "eval", "dev")

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from tracerl.cli import app
 from tracerl.config import ConfigError
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 
 
 def test_yaml_and_overrides(tmp_path):

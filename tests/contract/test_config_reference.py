@@ -11,14 +11,14 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from tracerl.config_reference import DOC_PATH, render, undocumented
+from tracerl.config.reference import DOC_PATH, render, undocumented
 
 CONFIGS = sorted(Path("configs").glob("*.yaml"))
 
 
 def test_docs_config_md_is_up_to_date():
     assert DOC_PATH.is_file() and DOC_PATH.read_text() == render(), (
-        "docs/config.md is out of date: run python -m tracerl.config_reference --write"
+        "docs/config.md is out of date: run python -m tracerl.config.reference --write"
     )
 
 
@@ -26,7 +26,7 @@ def test_every_field_is_documented():
     missing = undocumented()
     assert not missing, (
         f"config fields without a docstring: {', '.join(missing)} (write one under each field, "
-        "then run python -m tracerl.config_reference --write)"
+        "then run python -m tracerl.config.reference --write)"
     )
 
 

@@ -15,7 +15,6 @@ from tracerl.envs import (
     RefundDesk,
     ToolEnv,
     ToolSet,
-    check_env,
     make,
     register,
     registered,
@@ -23,6 +22,7 @@ from tracerl.envs import (
 )
 from tracerl.jsonl import write_trajectories
 from tracerl.models.render import ChatRenderer
+from tracerl.rollout.env_check import check_env
 from tracerl.rollout.groups import run_group
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
 

@@ -19,7 +19,7 @@ import ray
 
 from tests.serve import tracerl_serve
 from tracerl.config import RolloutBackendConfig
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 from tracerl.envs import get_parser, make
 from tracerl.models import load
 from tracerl.report.html import write_report

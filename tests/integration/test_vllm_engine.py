@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from tracerl.config import RunConfig
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 from tracerl.engines import open_engine
 from tracerl.engines.guard import group_alive
 from tracerl.engines.vllm import EngineError, find_vllm_python

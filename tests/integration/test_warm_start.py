@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 from tracerl.rollout.persist import read_run_trajectories
 from tracerl.train.loop import train
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import copy
 
-from tracerl.envs import check_env, make
+from tracerl.envs import make
 from tracerl.envs.coderepair.env import oracle_actions
 from tracerl.envs.coderepair.tasks import make_task
 from tracerl.envs.parsers import Action
+from tracerl.rollout.env_check import check_env
 from tracerl.types import ToolCall
 
 ANSWER = Action(text="done", answer="done")

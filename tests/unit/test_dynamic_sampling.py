@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 from tracerl.envs import make
 from tracerl.rollout.persist import read_run_trajectories
 from tracerl.train.dynamic_sampling import (

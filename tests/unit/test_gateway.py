@@ -326,7 +326,7 @@ def test_unknown_sessions_and_bad_requests_get_clear_errors(bundle):
     ],
 )
 def test_gateway_episodes_replay_exactly(bundle, entry, turns):
-    from tracerl.rollout.replay import replay_exact
+    from tracerl.gateway.replay import replay_exact
 
     episode = via_gateway(entry, scripted(bundle, turns))
     report = asyncio.run(replay_exact(episode.trajectories, renderer=bundle.renderer))
@@ -336,7 +336,7 @@ def test_gateway_episodes_replay_exactly(bundle, entry, turns):
 def test_exact_replay_notices_a_changed_recording(bundle):
     import dataclasses
 
-    from tracerl.rollout.replay import replay_exact
+    from tracerl.gateway.replay import replay_exact
 
     episode = via_gateway("tests.agents:solve", scripted(bundle, {0: CALL, 1: "5"}))
     t = episode.trajectories[0]
@@ -351,7 +351,7 @@ def test_exact_replay_notices_a_changed_recording(bundle):
 
 
 def test_live_replay_runs_the_agent_again_and_reports_drift(bundle, monkeypatch):
-    from tracerl.rollout.replay import replay_live
+    from tracerl.gateway.replay import replay_live
 
     episode = via_gateway("tests.agents:solve", scripted(bundle, {0: CALL, 1: "5"}))
     same = asyncio.run(replay_live(episode.trajectories))
@@ -479,7 +479,7 @@ class Slow:
 
 
 def test_an_episode_that_times_out_mid_turn_replays_exactly(bundle):
-    from tracerl.rollout.replay import replay_exact
+    from tracerl.gateway.replay import replay_exact
 
     inner = scripted(bundle, {0: CALL})
     policy = Policy(Slow(inner.sampler), bundle.renderer, inner.parser, bundle.spec)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tracerl.config import ConfigError
-from tracerl.config_loading import load_config
+from tracerl.config.loading import load_config
 from tracerl.envs import RefundDesk, ToolEnv
 from tracerl.errors import UserError
 from tracerl.rewards import RewardContext, Score

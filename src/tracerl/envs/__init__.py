@@ -1,8 +1,11 @@
-"""Environments: the async contract, tools, action parsers, faults, `check_env`, built-ins."""
+"""Environments: the async contract, tools, action parsers, faults, the checks, built-ins.
+
+`check_env` plays episodes, so it lives a layer up: `tracerl.rollout.env_check` (or `tracerl`).
+"""
 
 from tracerl.envs.arithmetic import Arithmetic
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult, ToolEnv
-from tracerl.envs.check import CheckReport, EnvCheckError, check_env
+from tracerl.envs.check import CheckReport, EnvCheckError
 from tracerl.envs.faults import FaultInjector, SlowTools
 from tracerl.envs.parsers import PARSERS, Action, ParseError, get_parser, parser_for_model
 from tracerl.envs.refund_desk import RefundDesk
@@ -47,7 +50,6 @@ __all__ = [
     "ToolEnv",
     "ToolResult",
     "ToolSet",
-    "check_env",
     "get_parser",
     "make",
     "parser_for_model",
@@ -55,3 +57,13 @@ __all__ = [
     "registered",
     "tool",
 ]
+
+
+def __getattr__(name: str):  # a clear error for the name this package exported before
+    if name == "check_env":
+        raise ImportError(
+            "check_env plays episodes, so it moved a layer up, above the environments: "
+            "`from tracerl import check_env` (projects made by an older `tracerl init` "
+            "import it from tracerl.envs; change that line)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

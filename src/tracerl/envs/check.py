@@ -1,4 +1,8 @@
-"""`check_env`: what every environment must pass before it is trained on.
+"""The environment contract: what every environment must pass before it is trained on.
+
+`tracerl.rollout.env_check.check_env` runs these checks (`run_env_checks`), handing the
+reward check its scripted episodes played through the rollout engine; everything here needs
+the environment alone.
 
 Like Gymnasium's env checker, but for the agent contract:
 
@@ -12,8 +16,8 @@ Like Gymnasium's env checker, but for the agent contract:
 * splits — every declared split samples tasks (JSON, with ids), the same ones for the same
   seed, and no task id is in two splits;
 * reward — the env's own verifier (if it has one) scores the scripted actions, played
-  through the rollout engine, without crashing, and counts at least one a success (a
-  verifier that fails the reference solution is suspect);
+  through the rollout engine (by the caller's `ScriptedEpisodes`), without crashing, and
+  counts at least one a success (a verifier that fails the reference solution is suspect);
 * mcp servers — for tools from MCP servers: each server reports its name and version, and
   fresh starts list the same tools at the same versions; their write tools' dry-run paths
   are probed under the guard when the script does not use them (`tracerl.envs.mcp.check`).
@@ -25,7 +29,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,15 +61,24 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def check_env(
+# (factory, probe, tasks, renderer, seed) -> the episodes of the env's `check_script` on
+# `tasks`, played through the rollout engine (`tracerl.rollout.env_check.scripted_episodes`)
+ScriptedEpisodes = Callable[
+    [Callable[[], Env], Env, list[dict[str, Any]], Any, int], Awaitable[list[Any]]
+]
+
+
+def run_env_checks(
     env: str | Callable[[], Env],
+    scripted_episodes: ScriptedEpisodes,
     *,
     renderer: Any = None,
     seed: int = 0,
     raise_on_failure: bool = True,
     label: str | None = None,
 ) -> CheckReport:
-    """Check an environment (a name `make` resolves, or a zero-argument factory)."""
+    """Check an environment (a name `make` resolves, or a zero-argument factory); the reward
+    check scores the episodes `scripted_episodes` plays (`tracerl.rollout.env_check`)."""
     factory = (lambda: make(env)) if isinstance(env, str) else env
     report = CheckReport(
         label or (env if isinstance(env, str) else getattr(env, "__name__", "env"))
@@ -77,7 +90,7 @@ def check_env(
         _reset_determinism,
         _step_determinism,
         _dry_runs,
-        _reward,
+        _reward_check(scripted_episodes),
     ]
     try:
         if getattr(factory(), "toolboxes", None):
@@ -265,49 +278,29 @@ async def _splits(factory: Callable[[], Env], renderer: Any, seed: int) -> str |
     return _NOTE + ", ".join(declared)
 
 
-async def _reward(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
-    from tracerl.rewards.resolve import env_has_reward, resolve_reward
+def _reward_check(scripted_episodes: ScriptedEpisodes) -> Callable[..., Awaitable[str | None]]:
+    async def _reward(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
+        from tracerl.rewards.resolve import env_has_reward, resolve_reward
 
-    env = factory()
-    if not env_has_reward(env):
-        return _NOTE + "none of its own (a run must name one: trainer.reward)"
-    reward = resolve_reward(None, None, env)
-    tasks = env.sample_tasks(2, seed=seed, split=(env.splits or ("train",))[0])
-    results = await _scripted_episodes(factory, env, tasks, renderer, seed)
-    scores = [reward(e) for e in results]
-    crashed = [s.error for s in scores if s.error]
-    if crashed:
-        return f"the reward crashed on the scripted actions: {crashed[0]}"
-    wins = sum(s.succeeded for s in scores)
-    if not wins:
-        detail = ", ".join(f"{c.name}={c.value:.2f}" for c in scores[0].components if not c.gated)
-        return (
-            f"the env's own reward counts none of {len(tasks)} scripted episodes (check_script) "
-            f"a success ({detail}): is the verifier or the script wrong?"
-        )
-    return _NOTE + f"{', '.join(reward.component_names)}; scripted episodes {wins}/{len(tasks)}"
+        env = factory()
+        if not env_has_reward(env):
+            return _NOTE + "none of its own (a run must name one: trainer.reward)"
+        reward = resolve_reward(None, None, env)
+        tasks = env.sample_tasks(2, seed=seed, split=(env.splits or ("train",))[0])
+        results = await scripted_episodes(factory, env, tasks, renderer, seed)
+        scores = [reward(e) for e in results]
+        crashed = [s.error for s in scores if s.error]
+        if crashed:
+            return f"the reward crashed on the scripted actions: {crashed[0]}"
+        wins = sum(s.succeeded for s in scores)
+        if not wins:
+            detail = ", ".join(
+                f"{c.name}={c.value:.2f}" for c in scores[0].components if not c.gated
+            )
+            return (
+                f"the env's own reward counts none of {len(tasks)} scripted episodes "
+                f"(check_script) a success ({detail}): is the verifier or the script wrong?"
+            )
+        return _NOTE + f"{', '.join(reward.component_names)}; scripted episodes {wins}/{len(tasks)}"
 
-
-async def _scripted_episodes(
-    factory: Callable[[], Env], probe: Env, tasks: list[dict[str, Any]], renderer: Any, seed: int
-) -> list[Any]:
-    """`check_script` played through the rollout engine by the warm start's reference agent."""
-    from tracerl.envs.parsers import get_parser
-    from tracerl.rollout.budget import RolloutConfig
-    from tracerl.rollout.groups import group_episode_id
-    from tracerl.rollout.runner import run_episode
-    from tracerl.train.warm_start import reference_policy
-
-    if renderer is None:  # SmolLM2's (a tokenizer of every byte: code and patches survive)
-        from tracerl.models.loading import smollm2_tokenizer
-        from tracerl.models.render import ChatRenderer
-
-        renderer = ChatRenderer(smollm2_tokenizer())
-    policy = reference_policy(renderer, "check-env", probe, tasks, get_parser("json_list"))
-    config = RolloutConfig(max_turn_tokens=4096)
-    return [
-        await run_episode(
-            factory(), t, policy, config, seed=seed, episode_id=group_episode_id(t, seed, 0)
-        )
-        for t in tasks
-    ]
+    return _reward

@@ -8,8 +8,9 @@ what the model really sampled for an agent harness that does not know tracerl.
 * `AgentBackend` (`tracerl.gateway.agent`): ``agent: mypkg.agent:solve`` in a config; each
   episode is one call of the agent with an ``openai.AsyncOpenAI`` client, bounded in time
   and requests, attributed when it fails.
-* `replay_gateway` (`tracerl.gateway.replay`): exact replay of a gateway episode from its
-  recorded requests and completions; live replay re-runs the agent against them.
+* `replay_exact`, `replay_live` (`tracerl.gateway.replay`): replay any recorded episode; a
+  gateway episode exactly from its recorded requests and completions, or live by re-running
+  the agent against them.
 
 See docs/gateway.md.
 """

@@ -7,6 +7,10 @@ joined by newlines (vLLM's string form); an assistant message's ``tool_calls`` b
 (``refusal``, ``audio``, ``annotations`` ...) are dropped. Two messages are the same message
 exactly when their normalized forms are equal: this is what decides whether a request
 extends a session's history or rewrites it.
+
+A request asks for one answer (``n`` 1) to messages that end with a user or tool message.
+Its sampling parameters (`SAMPLING_FIELDS`) are the run's to decide: recorded as ignored,
+never applied; `ASKED` fields are recorded with the step (exact replay sends them again).
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ from typing import Any
 from tracerl.types import ToolCall, TrajectoryError
 
 ROLES = ("system", "user", "assistant", "tool")
+
+# request fields that would change sampling, which the run's sampler decides
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "response_format",
+    "reasoning_effort",
+)
+
+# request fields the step records (exact replay sends them again)
+ASKED = ("tool_choice", "max_tokens", "max_completion_tokens")
 
 
 class GatewayError(Exception):
@@ -104,6 +124,41 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
             raise GatewayError(400, f"tools[{i}]: expected {{'type': 'function', 'function': ...}}")
         out.append({"type": "function", "function": fn})
     return out
+
+
+def read_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """A request's messages and tools, normalized; refused when it asks for more than one
+    answer or ends with the assistant's own message."""
+    if body.get("n") not in (None, 1):
+        raise GatewayError(400, "n must be 1: one answer per request (run a group instead)")
+    messages = normalize_messages(body.get("messages"))
+    tools = normalize_tools(body.get("tools"))
+    if messages[-1]["role"] == "assistant":
+        raise GatewayError(
+            400,
+            "the last message is the assistant's: continuing an assistant message is not "
+            "supported; end the request with a user or tool message",
+        )
+    return messages, tools
+
+
+def ignored_fields(body: dict[str, Any]) -> set[str]:
+    """The request's sampling parameters, which the run's sampler decides instead."""
+    return {k for k in SAMPLING_FIELDS if body.get(k) is not None}
+
+
+def asked_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """What the step records of the request besides its messages (`ASKED`)."""
+    return {k: body[k] for k in ASKED if body.get(k) is not None}
+
+
+def asked_max_tokens(body: dict[str, Any]) -> int | None:
+    """The request's token limit for the answer (``max_completion_tokens`` or
+    ``max_tokens``), if it gives one."""
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    if asked is not None and (not isinstance(asked, int) or asked < 1):
+        raise GatewayError(400, f"max_tokens must be a positive integer, not {asked!r}")
+    return asked
 
 
 def tool_version(tool: dict[str, Any]) -> str:

@@ -9,6 +9,10 @@ break detection, budgets); the harness itself is not run.
 Live replay runs the agent again (imported from the receipt), the model's turns served
 from the recording, and reports per request whether the harness sent what it sent then:
 its tools' results drifting (a service that changed), or the harness itself changing.
+
+`replay_exact` and `replay_live` here replay any recorded episode: a runner episode through
+`tracerl.rollout.replay`, a gateway episode (its receipt names an agent) as above. Callers
+that may meet either (`tracerl replay`, the demo, readiness) use these.
 """
 
 from __future__ import annotations
@@ -16,16 +20,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracerl.envs.base import Env
 from tracerl.gateway.agent import ending
-from tracerl.gateway.chat import GatewayError, normalize_messages, normalize_tools
+from tracerl.gateway.chat import ASKED, GatewayError, normalize_messages, normalize_tools
 from tracerl.gateway.harness import HarnessEnv
-from tracerl.gateway.session import ASKED, GatewaySession
+from tracerl.gateway.session import GatewaySession
+from tracerl.rollout import replay as runner_replay
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.replay import recorded_policy
+from tracerl.rollout.replay import (
+    Drift,
+    LiveReport,
+    ReplayReport,
+    first_difference,
+    recorded_policy,
+)
 from tracerl.rollout.sampler import SamplerUnavailable
 from tracerl.types import Receipt, StopReason, Trajectory
 
 SAMPLER_FAILED = ("sampler_unavailable", "sampling_failed", "gateway_failed")
+
+
+async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = None) -> ReplayReport:
+    """Exact replay of any recorded episode (`tracerl.rollout.replay.replay_exact`), a gateway
+    episode's through a fresh session (`replay_exact_gateway`)."""
+    return await runner_replay.replay_exact(
+        trajectories, renderer=renderer, agent=replay_exact_gateway
+    )
+
+
+async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None) -> LiveReport:
+    """Live replay of any recorded episode (`tracerl.rollout.replay.replay_live`), a gateway
+    episode's by running its agent again (`replay_live_gateway`)."""
+    return await runner_replay.replay_live(trajectories, env, agent=replay_live_gateway)
 
 
 def _unanswered(
@@ -49,10 +75,8 @@ def recorded_tools(receipt: Receipt) -> list[dict[str, Any]] | None:
     return tools or None
 
 
-async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any) -> Any:
+async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any) -> ReplayReport:
     """Exact replay of a gateway episode: a `tracerl.rollout.replay.ReplayReport`."""
-    from tracerl.rollout.replay import ReplayReport, first_difference
-
     receipt = Receipt.from_dict(trajectories[0].receipt)
     steps = {s["step"]: s for t in trajectories for s in t.steps}
     # a turn never recorded failed when it was sampled (the sampler was down): so again
@@ -115,12 +139,13 @@ async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any
     return ReplayReport(receipt.episode_id, diff is None, diff, stops)
 
 
-async def replay_live_gateway(trajectories: Sequence[Trajectory], renderer: Any = None) -> Any:
+async def replay_live_gateway(
+    trajectories: Sequence[Trajectory], renderer: Any = None
+) -> LiveReport:
     """Run the recorded agent again against the recorded model turns: a
     `tracerl.rollout.replay.LiveReport` of which requests drifted."""
     from tracerl.gateway.agent import AgentBackend
     from tracerl.gateway.server import Gateway
-    from tracerl.rollout.replay import Drift, LiveReport
 
     receipt = Receipt.from_dict(trajectories[0].receipt)
     agent = receipt.agent or {}

@@ -5,32 +5,30 @@ A session is one episode. Its first request's messages (and tools) are rendered 
 model's chat template as the prompt (`tracerl.models.Conversation`). Each answer is sampled
 from the run's sampler and appended verbatim as policy tokens, with its log-probs. A later
 request *extends* the session when its messages start with exactly the session's history
-(the earlier request's messages, then the assistant message the gateway answered, as the
-harness echoes it back); the new messages after that are an observation, rendered as the
+(`tracerl.gateway.history`); the new messages after that are an observation, rendered as the
 template's delta (tool results are `environment`, repeats of the model's call `echo`,
 scaffold `template`), exactly as tracerl's own episode runner appends them.
 
-A request that does not extend the history is a *rewrite*: a message dropped, edited or
-reordered, the model's reasoning stripped from an earlier answer, the system prompt or the
-tools changed, a request repeated without its answer (a retry or a resample). The gateway
-does not guess what the harness meant: it closes the current sample, records the break
-(``history_break`` in the sample's last step, with what differed) and starts a new sample
-of the same episode whose prompt is the request as it now stands. Earlier model turns in
-that prompt are prompt tokens; no token is ever a policy token unless it was sampled, in
-that sample, by the sampler.
+A request that does not extend the history is a *rewrite*. The gateway does not guess what
+the harness meant: it closes the current sample, records the break (``history_break`` in
+the sample's last step, with what differed) and starts a new sample of the same episode
+whose prompt is the request as it now stands. Earlier model turns in that prompt are prompt
+tokens; no token is ever a policy token unless it was sampled, in that sample, by the
+sampler.
 
 Budgets are the run's (`RolloutConfig.budgets`): `steps` caps the requests answered (model
 turns), `sampled_tokens` and `context_tokens` cap tokens as for native episodes. A request
 past a budget is refused (HTTP 400, ``budget_exhausted``) and the episode stops for that
 budget. Sampling parameters are the run's: a request's temperature, top_p, stop or seed
 are recorded and not applied (the learner computes log-probs at the run's temperature).
+
+The request's wire format is read in `tracerl.gateway.chat`; the finished session's receipt
+is written by `tracerl.gateway.recording`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 import secrets
 import time
@@ -42,14 +40,16 @@ from tracerl.envs.parsers import Action
 from tracerl.gateway.calls import call_record, check_calls
 from tracerl.gateway.chat import (
     GatewayError,
+    asked_fields,
+    asked_max_tokens,
     completion_body,
-    first_difference,
-    normalize_messages,
-    normalize_tools,
+    ignored_fields,
     openai_tool_calls,
-    tool_version,
+    read_request,
 )
 from tracerl.gateway.harness import HarnessEnv
+from tracerl.gateway.history import for_template, message_key, named_tool_results, rewrite_reason
+from tracerl.gateway.recording import gateway_episode
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
@@ -57,23 +57,6 @@ from tracerl.rollout.turns import budget_stop, turn_request
 from tracerl.types import StopReason, ToolCall, TrajectoryError
 
 log = logging.getLogger("tracerl")
-
-# request fields that would change sampling, which the run's sampler decides
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "response_format",
-    "reasoning_effort",
-)
-
-
-# request fields the step records (exact replay sends them again)
-ASKED = ("tool_choice", "max_tokens", "max_completion_tokens")
 
 
 def new_token() -> str:
@@ -155,22 +138,11 @@ class GatewaySession:
 
     async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         self._check_open()
-        if body.get("n") not in (None, 1):
-            raise GatewayError(400, "n must be 1: one answer per request (run a group instead)")
-        messages = normalize_messages(body.get("messages"))
-        tools = normalize_tools(body.get("tools"))
-        if messages[-1]["role"] == "assistant":
-            raise GatewayError(
-                400,
-                "the last message is the assistant's: continuing an assistant message is not "
-                "supported; end the request with a user or tool message",
-            )
+        messages, tools = read_request(body)
         self.requests += 1
-        self.ignored |= {k for k in SAMPLING_FIELDS if body.get(k) is not None}
+        self.ignored |= ignored_fields(body)
         request = self._update(messages, tools)
-        for key in ASKED:
-            if body.get(key) is not None:
-                request[key] = body[key]
+        request.update(asked_fields(body))
         self.unanswered = request  # until it is answered
         stop = self._stop_before_turn()
         if stop is not None:
@@ -216,7 +188,9 @@ class GatewaySession:
             self.reset_messages, self.first_tools = messages, tools
             self.history, self.tools = messages, tools
             return {"messages": messages}
-        reason = self._rewrite(messages, tools)
+        reason = rewrite_reason(
+            self.history, self.tools, self.awaiting_observation, messages, tools
+        )
         if reason is not None:
             return self._break(messages, tools, reason)
         new = messages[len(self.history) :]
@@ -224,25 +198,6 @@ class GatewaySession:
             self._observe(new)
         self.history = messages
         return {"new_messages": new}
-
-    def _rewrite(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> str | None:
-        """Why `messages` does not extend the session's history (None when it does)."""
-        if tools != self.tools:
-            return "the tools changed"
-        diff = first_difference(self.history, messages)
-        if diff is not None:
-            return diff
-        new = messages[len(self.history) :]
-        if self.awaiting_observation and not new:
-            return "the request repeats the last one without its answer (a retry or resample)"
-        if not self.awaiting_observation and new:
-            return "the previous request got no answer, and the harness went on without it"
-        for i, m in enumerate(new, start=len(self.history)):
-            if m["role"] == "assistant":
-                return f"message {i} is an assistant message the model did not sample"
-        return None
 
     def _break(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reason: str
@@ -269,12 +224,7 @@ class GatewaySession:
         """The harness's answer to the model's last turn: tool results, user turns."""
         step = self.conv.step
         open_calls = dict(self.conv.open_calls)
-        filled = [
-            {**m, "name": open_calls[m["tool_call_id"]].name}
-            if m["role"] == "tool" and "name" not in m and m["tool_call_id"] in open_calls
-            else m
-            for m in new
-        ]
+        filled = named_tool_results(new, open_calls)
         try:
             self.conv.add_observation(filled)
         except TrajectoryError as e:
@@ -293,20 +243,7 @@ class GatewaySession:
             self.ledger.events[-1]["cost_ms"] = round(waited_ms, 1)
 
     def _for_template(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Messages as the conversation takes them: an answer the gateway gave is rendered
-        from the text the model sampled for it (its calls in the model's own format); an
-        assistant message the harness wrote gets its calls in that format too."""
-        out = []
-        for m in messages:
-            if m["role"] == "assistant":
-                text = self._sampled.get(_key(m))
-                if text is None:
-                    calls = [(c["name"], c["arguments"]) for c in m.get("tool_calls", [])]
-                    fmt = self.policy.parser.format_calls(calls) if calls else ""
-                    text = "\n".join(t for t in (m["content"], fmt) if t)
-                m = {**m, "content": text}
-            out.append(m)
-        return out
+        return for_template(messages, self._sampled, self.policy.parser)
 
     # ---- a turn ----------------------------------------------------------------------------
     def _stop_before_turn(self) -> StopReason | None:
@@ -318,9 +255,7 @@ class GatewaySession:
         return stop
 
     async def _sample(self, body: dict[str, Any]) -> SampleResult:
-        asked = body.get("max_completion_tokens") or body.get("max_tokens")
-        if asked is not None and (not isinstance(asked, int) or asked < 1):
-            raise GatewayError(400, f"max_tokens must be a positive integer, not {asked!r}")
+        asked = asked_max_tokens(body)
         request = turn_request(
             self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=asked
         )
@@ -369,7 +304,7 @@ class GatewaySession:
             normalized["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
             ]
-        self._sampled[_key(normalized)] = self.conv.messages[-1]["content"]
+        self._sampled[message_key(normalized)] = self.conv.messages[-1]["content"]
         self.history = [*self.history, normalized]
         self.awaiting_observation = True
         self.answered_at = time.perf_counter()
@@ -427,28 +362,15 @@ class GatewaySession:
             last = max(self.records)
             self.records[last]["info"] = {"answer": answer}
         episode = finish_episode(self, stop)
-        receipt = dataclasses.replace(
-            episode.receipt,
-            tool_versions={t["function"]["name"]: tool_version(t) for t in self.first_tools or ()},
-            tool_schemas=[{**t, "x-effect": "unknown"} for t in self.first_tools or ()],
-            tools_in_prompt=bool(self.first_tools),
-            side_effect_guard="unmanaged",
-            agent={
-                **(agent or {}),
-                "session": self.episode_id,
-                "requests": self.requests,
-                "history_breaks": self.breaks,
-                "unanswered": self.unanswered,
-                "ignored_params": sorted(self.ignored),
-            },
-        )
-        receipt.ledger["side_effect_guard"] = "unmanaged"
-        d = receipt.to_dict()
-        episode.receipt = receipt
-        episode.trajectories = [
-            dataclasses.replace(t, receipt=d, _cache={}) for t in episode.trajectories
-        ]
-        return episode
+        account = {
+            **(agent or {}),
+            "session": self.episode_id,
+            "requests": self.requests,
+            "history_breaks": self.breaks,
+            "unanswered": self.unanswered,
+            "ignored_params": sorted(self.ignored),
+        }
+        return gateway_episode(episode, self.first_tools, account)
 
     # ---- inspection --------------------------------------------------------------------------
     def summary(self, *, tokens: bool = False) -> dict[str, Any]:
@@ -464,7 +386,3 @@ class GatewaySession:
             "closed": self.closed,
             "stop": self.stop.value if self.stop else None,
         }
-
-
-def _key(message: dict[str, Any]) -> str:
-    return json.dumps(message, sort_keys=True, ensure_ascii=False)

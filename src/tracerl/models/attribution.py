@@ -1,15 +1,30 @@
 """Attribution of a rendered delta: which characters are template scaffold, which are message
 content (`environment`, `echo`, or `prompt` at a sample's start), and where the generation
-prompt begins. Pure functions over strings; the renders themselves happen in `Conversation`.
+prompt begins. Pure functions over strings, and the `Sentinels` whose render marks where each
+message's content lies; the renders themselves happen in `Conversation`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from tracerl.types import Source, ToolCall, TrajectoryError
+
+
+class Sentinels:
+    """Placeholders for message contents: letters and digits only, so they survive `| trim`,
+    `| tojson` and HTML escaping, with a random nonce so no model or tool text can collide."""
+
+    def __init__(self) -> None:
+        self.nonce = secrets.token_hex(6)
+        self.pattern = re.compile(rf"TRACERL{self.nonce}X(\d+)Q")
+
+    def __call__(self, index: int) -> str:
+        return f"TRACERL{self.nonce}X{index}Q"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from tracerl.models.attribution import Piece, split_delta, split_generation_prompt
-from tracerl.models.render import OBSERVATION_ROLES, ROLES, ChatRenderer, Sentinels
+from tracerl.models.attribution import Piece, Sentinels, split_delta, split_generation_prompt
+from tracerl.models.roles import OBSERVATION_ROLES, ROLES, Renderer
 from tracerl.types import Segment, Source, ToolCall, Trajectory, TrajectoryError
 
 log = logging.getLogger("tracerl")
@@ -38,7 +38,7 @@ class Conversation:
 
     def __init__(
         self,
-        renderer: ChatRenderer,
+        renderer: Renderer,
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None,
         *,

@@ -37,33 +37,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
+from tracerl.models.attribution import Sentinels
+from tracerl.models.conversation import Conversation
+from tracerl.models.roles import PrefixBreakPolicy
 from tracerl.types import TrajectoryError
-
-if TYPE_CHECKING:
-    from tracerl.models.conversation import Conversation
-
-ROLES = ("system", "user", "assistant", "tool")
-OBSERVATION_ROLES = ("tool", "user", "system")
-
-
-class Sentinels:
-    """Placeholders for message contents: letters and digits only, so they survive `| trim`,
-    `| tojson` and HTML escaping, with a random nonce so no model or tool text can collide."""
-
-    def __init__(self) -> None:
-        self.nonce = secrets.token_hex(6)
-        self.pattern = re.compile(rf"TRACERL{self.nonce}X(\d+)Q")
-
-    def __call__(self, index: int) -> str:
-        return f"TRACERL{self.nonce}X{index}Q"
-
-
-PrefixBreakPolicy = Literal["new_sample", "raise"]
 
 
 def tools_block(tools: Sequence[dict[str, Any]]) -> str:
@@ -146,8 +127,6 @@ class ChatRenderer:
 
         `template_kwargs` replaces the per-conversation template values (the frozen date);
         replay passes the recorded ones."""
-        from tracerl.models.conversation import Conversation
-
         return Conversation(
             self, messages, tools, episode_id=episode_id, template_kwargs=template_kwargs
         )

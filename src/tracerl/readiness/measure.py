@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tracerl.gateway.replay import replay_live
 from tracerl.rollout.episode import Episode, Policy, ScoreFn, score_episode
 from tracerl.rollout.groups import run_groups
-from tracerl.rollout.replay import replay_live
 from tracerl.train.metrics import owner
 from tracerl.types import Attribution, RewardBreakdown, Source
 

@@ -39,37 +39,32 @@ def readiness_from_config(
     """One step's worth of episodes (``env.tasks_per_step x trainer.group_size``, or about
     `episodes`) with the configured policy; `compare`: a model spec (an SFT checkpoint,
     ``hf:DIR``) measured on the same tasks."""
-    from tracerl.engines import open_engine
-    from tracerl.envs.registry import env_factory
-    from tracerl.gateway.agent import agent_backend
-    from tracerl.preflight import prepare
-    from tracerl.train.loop import build_policy, learner_config, train_tasks
+    from tracerl.train.run import Run
 
-    prepared = prepare(cfg)
-    cfg, probe = prepared.cfg, prepared.probe
-    t = cfg.trainer
+    run = Run.from_config(cfg)
+    cfg, t = run.cfg, run.cfg.trainer
     k = t.group_size
     n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
-    tasks = train_tasks(cfg, probe, 0, n_tasks)
-    bundle, _, policy = build_policy(cfg)
-    other = build_policy(cfg, compare)[2] if compare else None  # `compare` samples in process
+    tasks = run.tasks(0, n_tasks)
+    run.policy  # noqa: B018  (the run's model loads first)
+    other = run.policy_of(compare) if compare else None  # `compare` samples in process
     # model.engine: vllm samples on a vLLM server of its own, logged in a temporary folder
     scratch = Path(tempfile.mkdtemp(prefix="tracerl-readiness-"))
     with (
-        open_engine(cfg, bundle, policy, scratch, log=lambda line: None) as engine,
-        agent_backend(cfg, engine.policy) as backend,
+        run.engine(scratch, log=lambda line: None) as engine,
+        run.rollouts(engine, workers=False) as backend,
     ):
         numbers = asyncio.run(
             measure_readiness(
-                env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp),
+                run.env,
                 tasks,
                 engine.policy,
-                prepared.reward,
+                run.reward,
                 cfg.rollout,
                 group_size=k,
                 steps=t.steps,
-                model=bundle.model,
-                learner_config=learner_config(cfg),
+                model=run.bundle.model,
+                learner_config=run.learner_config,
                 compare=other,
                 seed=t.seed,
                 backend=backend,

@@ -25,11 +25,9 @@ guess). Raising is the evaluator's fault, never the policy's.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -44,11 +42,9 @@ from tracerl.rewards.compose import (
     RewardContext,
     RewardSpec,
     Score,
-    compose,
     per_step_problem,
 )
-from tracerl.rewards.judge.component import JudgeSet
-from tracerl.types import RewardBreakdown, Trajectory
+from tracerl.rewards.run_reward import RunReward
 
 ENTRY_POINT_GROUP = "tracerl.rewards"
 HOW_TO_ADD = (
@@ -74,80 +70,24 @@ OWN_METHODS = ("reward", "score")
 
 
 def builtin_rewards() -> dict[str, str]:
-    """The built-in rewards by name: their layered specs (YAML)."""
-    from tracerl.envs.arithmetic import ARITHMETIC_REWARD
-    from tracerl.envs.coderepair.reward import CODE_REPAIR_REWARD
+    """The built-in rewards of this layer by name: their layered specs (YAML).
+
+    The built-in ``arithmetic`` and ``coderepair`` rewards live with their environments
+    (their specs name components those modules register), and rewards/ sits below envs/:
+    importing them here would be an upward import. tracerl's own pyproject.toml declares
+    them as entry points of group ``tracerl.rewards`` instead, so they are found the way an
+    installed package's rewards are (`_named`, `known_rewards`), loading their module (and
+    registering its components) only when named. An entry point needs no import order (a
+    registry the envs filled in would be empty until something imported them) and no
+    import path hidden in a string here; it needs tracerl installed, which `make install`
+    does (again whenever pyproject.toml changes)."""
     from tracerl.rewards.components import SEARCH_REWARD
 
-    return {
-        "search": SEARCH_REWARD,
-        "arithmetic": ARITHMETIC_REWARD,
-        "coderepair": CODE_REPAIR_REWARD,
-    }
+    return {"search": SEARCH_REWARD}
 
 
 def known_rewards() -> list[str]:
     return sorted({*builtin_rewards(), *entry_points(ENTRY_POINT_GROUP)})
-
-
-@dataclass
-class RunReward:
-    """The run's reward function: an episode (or its trajectories) -> its breakdown."""
-
-    spec: RewardSpec
-    functions: dict[str, ComponentFn]
-    source: str
-    """Where it came from, for people: ``trainer.reward: search``, ``unitconv's own``."""
-    lookup: Callable[[str], str | None] = field(default=lambda _: None, repr=False)
-    phase: str = "train"
-    """``eval`` for the copy evaluations score with (`evaluating`)."""
-    judges: JudgeSet = field(default_factory=JudgeSet, repr=False)
-    """This run's model judges (built on first use; their memory and budgets are the run's,
-    shared by its `evaluating` copy)."""
-
-    def __call__(self, episode: Any) -> RewardBreakdown:
-        return self.score(episode.trajectories)
-
-    def context(self, trajectories: Sequence[Trajectory]) -> RewardContext:
-        ctx = RewardContext.from_trajectories(trajectories, self.lookup)
-        ctx.phase, ctx.judges = self.phase, self.judges
-        return ctx
-
-    def score(self, trajectories: Sequence[Trajectory]) -> RewardBreakdown:
-        return compose(self.spec, self.context(trajectories), self.functions)
-
-    def evaluating(self) -> RunReward:
-        """The same reward for an evaluation's episodes (a judge's budget keeps them apart
-        from the training step's)."""
-        return dataclasses.replace(self, phase="eval")
-
-    @property
-    def needs_group(self) -> bool:
-        """Scored a group at a time (`score_group`): a component ranks the group's members
-        against one another (a judge in ``mode: group``)."""
-        return any(
-            c.fn == "judge" and c.params.get("mode") == "group" for c in self.spec.components
-        )
-
-    @property
-    def blocking(self) -> bool:
-        """Scoring waits on a model (a judge): rollouts score it off their event loop."""
-        return any(
-            c.fn == "judge" or (c.fn == "citations_valid" and c.params.get("judge"))
-            for c in self.spec.components
-        )
-
-    def score_group(self, episodes: Sequence[Any]) -> list[RewardBreakdown]:
-        """Each of a group's episodes scored, every member's context visible to each."""
-        contexts = [self.context(e.trajectories) for e in episodes]
-        group = tuple(contexts)
-        for ctx in contexts:
-            ctx.group = group
-        return [compose(self.spec, ctx, self.functions) for ctx in contexts]
-
-    @property
-    def component_names(self) -> list[str]:
-        return [c.name for c in self.spec.components]
 
 
 def env_has_reward(env: Any) -> bool:

@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tracerl.config import RolloutBackendConfig
 from tracerl.envs.base import Env
+from tracerl.rollout.backend_config import RolloutBackendConfig
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.remote import RemoteSampler

@@ -9,11 +9,15 @@ budgeting or attribution, and the report names the first difference.
 Live replay sends the recorded actions to the live environment (rebuilt from the receipt)
 and reports, step by step, which observations drifted from the recorded ones: an infra
 regression check. It does not judge the policy: the actions are the recorded ones.
+
+An episode an agent harness drove (its receipt names an `agent`: `tracerl.gateway`) is
+replayed by the gateway, a layer up: `tracerl.gateway.replay.replay_exact` and `replay_live`
+replay any episode, passing their gateway replays in here as `agent`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,13 @@ from tracerl.types import Receipt, Source, ToolCall, Trajectory, TrajectoryError
 
 class ReplayError(UserError, RuntimeError):
     """The recording cannot be replayed (missing, or the replay asked for something else)."""
+
+
+def _no_agent_replay(receipt: Receipt) -> ReplayError:
+    return ReplayError(
+        f"episode {receipt.episode_id} was driven by an agent harness: replay it with "
+        "tracerl.gateway.replay (`tracerl replay` does)"
+    )
 
 
 def _steps(trajectories: Sequence[Trajectory]) -> dict[int, dict[str, Any]]:
@@ -145,8 +156,22 @@ class ReplayReport:
     stop_reason: tuple[str, str] | None = None  # (recorded, replayed)
 
 
-async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = None) -> ReplayReport:
-    """Replay against the recorded tool I/O; compare token ids, masks and stop reason."""
+# replays of an agent harness's episode (`tracerl.gateway.replay`): exact (trajectories,
+# renderer) and live (trajectories)
+AgentExactReplay = Callable[[Sequence[Trajectory], Any], Awaitable["ReplayReport"]]
+AgentLiveReplay = Callable[[Sequence[Trajectory]], Awaitable["LiveReport"]]
+
+
+async def replay_exact(
+    trajectories: Sequence[Trajectory],
+    *,
+    renderer: Any = None,
+    agent: AgentExactReplay | None = None,
+) -> ReplayReport:
+    """Replay against the recorded tool I/O; compare token ids, masks and stop reason.
+
+    An episode an agent harness drove is replayed by `agent` (`tracerl.gateway.replay`
+    passes its own); without one it raises `ReplayError`."""
     receipt = _receipt(trajectories)
     steps = _steps(trajectories)
     if renderer is None:
@@ -156,9 +181,9 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
     if renderer.template_hash != receipt.template_hash:
         return ReplayReport(receipt.episode_id, False, "the chat template changed (hash differs)")
     if receipt.agent is not None:  # an agent harness drove it: replay its requests
-        from tracerl.gateway.replay import replay_exact_gateway
-
-        return await replay_exact_gateway(trajectories, renderer)
+        if agent is None:
+            raise _no_agent_replay(receipt)
+        return await agent(trajectories, renderer)
 
     policy = recorded_policy(trajectories, receipt, renderer)
     elapsed = iter(receipt.ledger.get("elapsed_s", []))
@@ -225,19 +250,26 @@ class LiveReport:
         return [d for d in self.steps if d.status != "same"]
 
 
-async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None) -> LiveReport:
+async def replay_live(
+    trajectories: Sequence[Trajectory],
+    env: Env | None = None,
+    *,
+    agent: AgentLiveReplay | None = None,
+) -> LiveReport:
     """Send the recorded actions to the live env; report per step what drifted.
 
     The env is rebuilt from the receipt with the side-effect guard on: a live replay never
-    writes for real, whatever the recorded run was allowed to do.
+    writes for real, whatever the recorded run was allowed to do. An episode an agent
+    harness drove is replayed by `agent` (`tracerl.gateway.replay` passes its own); without
+    one it raises `ReplayError`.
     """
     receipt = _receipt(trajectories)
     if receipt.agent is not None:  # the agent is the environment: run it again
-        from tracerl.gateway.replay import replay_live_gateway
-
         if env is not None:
             await env.close()
-        return await replay_live_gateway(trajectories)
+        if agent is None:
+            raise _no_agent_replay(receipt)
+        return await agent(trajectories)
     if env is None:
         try:
             env = make_from_spec(receipt.env, side_effect_guard="dry_run")

@@ -29,10 +29,9 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from tracerl.jsonhttp import JSONHandler
 from tracerl.rollout.sampler import SampleRequest
@@ -322,36 +321,27 @@ def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
     return Handler
 
 
-def serve_command(
-    model: Annotated[
-        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
-    ],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    temperature: Annotated[
-        float, typer.Option(help="sampling temperature (0: greedy, as a judge asks)")
-    ] = 1.0,
-    max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
-    enable_lora: Annotated[
-        bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
-    ] = False,
+def serve_model(
+    bundle: Any,
+    name: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    temperature: float = 1.0,
+    max_batch_size: int = 16,
+    enable_lora: bool = False,
+    log: Callable[[str], None] = print,
 ) -> None:
-    """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
-    chat completions (text in and out, through the model's chat template)."""
-    from tracerl.models import ModelNotFoundError, load
+    """Serve a loaded model (`tracerl.models.load`) as `name` until interrupted (Ctrl-C):
+    the completion subset and chat completions (`tracerl serve`). `log` is told the URL."""
     from tracerl.rollout import BatchedHFSampler
 
-    try:
-        bundle = load(model)
-    except ModelNotFoundError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
     sampler = BatchedHFSampler(bundle.model, temperature=temperature, max_batch_size=max_batch_size)
-    server = CompletionServer(sampler, model, bundle.tokenizer, enable_lora=enable_lora)
+    server = CompletionServer(sampler, name, bundle.tokenizer, enable_lora=enable_lora)
 
     async def main() -> None:
         bound = await server.start(host, port)
-        typer.echo(f"serving {model} on http://{host}:{bound}/v1/completions")
+        log(f"serving {name} on http://{host}:{bound}/v1/completions")
         await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -77,7 +77,7 @@ class LoraAdapterSync:
         )
 
     def push(self, model: Any, version: int) -> str:
-        from tracerl.train.lora import is_lora
+        from tracerl.models.lora import is_lora
 
         if not is_lora(model):
             raise ValueError(
@@ -141,7 +141,7 @@ def load_adapter(sampler: Any, path: str | Path, name: str) -> int:
     from peft import PeftModel, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from tracerl.train.lora import is_lora
+    from tracerl.models.lora import is_lora
 
     path = Path(path)
     weights = path / "adapter_model.safetensors"

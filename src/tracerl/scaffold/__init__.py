@@ -28,9 +28,6 @@ import shutil
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
-
-import typer
 
 from tracerl.errors import UserError
 
@@ -116,29 +113,3 @@ def init_project(name: str, parent: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
-
-
-def init_command(
-    name: Annotated[str, typer.Argument(help="the package name, e.g. unitconv")],
-    dir: Annotated[Path, typer.Option("--dir", help="folder to create the project in")] = Path("."),
-) -> None:
-    """Start your own environment: write a working starter package NAME/.
-
-    A unit-conversion environment with a tool, its verifier, a config and tests, to change
-    into yours."""
-    from tracerl.cli import _fail, console
-
-    try:  # a UserError (bad name, existing folder) is printed by the command group
-        target = init_project(name, dir)
-    except OSError as e:
-        raise _fail(f"cannot write {dir / name}: {e.strerror or e}") from None
-    shown = os.path.relpath(target) if not target.is_absolute() else str(target)
-    steps = [
-        f"created {shown}/ (a unit-conversion environment to make your own). Next:",
-        f"  cd {shown}",
-        f"  tracerl check-env {name}.env:{CLASS}   # the contract every env must pass",
-        f"  tracerl train configs/{name}.yaml   # a small RL run, written to runs/{name}/",
-        "  python -m pytest tests   # the project's own tests",
-        "Read its README.md, and docs/your-own-env.md in tracerl's documentation.",
-    ]
-    console.print("\n".join(steps), markup=False, highlight=False, soft_wrap=True)

@@ -4,11 +4,13 @@ training, written to the run directory and logged through the metrics sinks."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tracerl.config import RunConfig, dump_config
-from tracerl.evaluate import task_batches
+from tracerl.envs import FaultInjector
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout.groups import RolloutBackend, run_groups
@@ -78,41 +80,60 @@ async def evaluate_async(
     return m
 
 
+def task_batches(
+    tasks: list[dict[str, Any]], env: Callable[[], Any], *, seed: int
+) -> list[tuple[str, list[dict[str, Any]], Callable[[], Any]]]:
+    """``(kind, tasks, env factory)`` batches. Adversarial tasks run per trap kind: the
+    ``timeout`` kind in an env where half of the tool steps time out (retries may recover);
+    tasks without a kind run at once in `env`."""
+    kinds = sorted({str(t.get("kind", "")) for t in tasks})
+    out = []
+    for kind in kinds:
+        batch = [t for t in tasks if str(t.get("kind", "")) == kind]
+        factory = env
+        if kind == "timeout":
+
+            def factory(env: Callable[[], Any] = env) -> Any:
+                return FaultInjector(env(), rate=0.5, kinds=["timeout"], seed=seed)
+
+        out.append((kind, batch, factory))
+    return out
+
+
 def evaluate_config(
     prepared: Any, out: Path, *, n: int | None = None, progress: QuietProgress | None = None
 ) -> dict[str, float]:
     """`tracerl eval CONFIG`: the config's model (as loaded) on its environment's eval split
     (and the adversarial split, if the config asks), scored by its reward, written to `out`
-    as a run directory (stage ``baseline``, step 0)."""
-    from tracerl.engines import open_engine
-    from tracerl.envs.registry import env_factory
-    from tracerl.gateway.agent import agent_backend
-    from tracerl.train.loop import build_policy, refuse_existing_run
+    as a run directory (stage ``baseline``, step 0). `prepared`: the checked config
+    (`tracerl.preflight.prepare`), built into a `tracerl.train.run.Run` writing to `out`."""
+    from tracerl.train.resume import refuse_existing_run
+    from tracerl.train.run import Run
 
     refuse_existing_run(out, "pick another --out")
     env_cfg = prepared.cfg.env
     if n is not None:
         env_cfg = env_cfg.model_copy(update={"eval_tasks": n})
     update = {"out_dir": str(out.parent), "name": out.name, "env": env_cfg}
-    cfg = prepared.cfg.model_copy(update=update)
+    run = Run(dataclasses.replace(prepared, cfg=prepared.cfg.model_copy(update=update)))
+    cfg = run.cfg
     bars = progress or QuietProgress(print)
-    bundle, _, policy = build_policy(cfg)
+    run.policy  # noqa: B018  (the model loads before anything is written)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg))
-    sink = MetricsLog.open(out, ["jsonl"], name=cfg.name, config=cfg.model_dump(mode="json"))
+    sink = run.sink(out, ["jsonl"])
     try:
-        env = env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
         # the engine starts on the weights as loaded (a server: they are its base weights)
         with (
-            open_engine(cfg, bundle, policy, out, bars.line) as engine,
-            agent_backend(cfg, engine.policy) as backend,
+            run.engine(out, bars.line) as engine,
+            run.rollouts(engine, workers=False) as backend,
         ):
             return evaluate(
                 cfg,
-                env,
-                prepared.probe,
+                run.env,
+                run.probe,
                 engine.policy,
-                prepared.reward,
+                run.reward,
                 sink,
                 0,
                 bars,

@@ -179,7 +179,7 @@ class Learner:
         if self.channel is None:
             yield
             return
-        from tracerl.train.distributed.group import RankLost, is_collective_failure
+        from tracerl.train.distributed.ranks import RankLost, is_collective_failure
 
         self.channel.send(command, *args)
         try:

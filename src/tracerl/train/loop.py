@@ -26,47 +26,28 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig, dump_config
-from tracerl.engines import Engine, open_engine
-from tracerl.envs import get_parser
-from tracerl.envs.registry import env_factory
-from tracerl.errors import UserError
+from tracerl.engines import Engine
 from tracerl.preflight import Prepared, prepare
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
-from tracerl.rollout import BatchedHFSampler
-from tracerl.rollout.backends import episode_backend
 from tracerl.rollout.episode import ScoreFn
 from tracerl.rollout.groups import RolloutBackend
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
-from tracerl.train.distributed.group import make_learner
-from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.grpo import GRPOConfig, grpo_step
-from tracerl.train.learner import Learner, LearnerConfig
-from tracerl.train.lora import apply_lora, place
+from tracerl.train.learner import Learner
 from tracerl.train.metrics import citation_metrics
-from tracerl.train.resume import check_resumable, has_eval, trim_metrics
+from tracerl.train.resume import check_resumable, has_eval, refuse_existing_run, trim_metrics
+from tracerl.train.run import Run
 from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
-
-
-class RunExistsError(UserError, RuntimeError):
-    """The run directory holds a run already (continue it with --resume)."""
-
-
-def refuse_existing_run(run_dir: Path, hint: str) -> None:
-    """A run directory with metrics is a run: never written into by a new one."""
-    if (run_dir / "metrics.jsonl").exists():
-        raise RunExistsError(f"{run_dir} already holds a run", hint)
 
 
 class _Stop:
@@ -93,16 +74,17 @@ def train(
     log: Log = print,
     progress: QuietProgress | None = None,
     prepared: Prepared | None = None,
+    run: Run | None = None,
 ) -> dict[str, float]:
     """Run (or `resume`) the configured training; returns the last evaluation's metrics.
     `progress` draws bars (`RichProgress`); without it, summary lines go to `log`. The config
-    is checked first (`tracerl.preflight.prepare`, unless `prepared` is its result)."""
+    is checked first (`tracerl.preflight.prepare`, unless `prepared` is its result, or `run`
+    was built from it)."""
 
     bars = progress or QuietProgress(log)
-    log = bars.line
-
-    prepared = prepared or prepare(cfg)  # refuses what the run cannot complete, before writing
-    cfg, probe, reward = prepared.cfg, prepared.probe, prepared.reward
+    # refuses what the run cannot complete, before writing
+    run = run or Run(prepared or prepare(cfg))
+    cfg = run.cfg
     run_dir = cfg.run_dir
     if resume:
         check_resumable(run_dir, cfg.model_dump(mode="json"))
@@ -111,80 +93,28 @@ def train(
         refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    bundle, sampler, policy = build_policy(cfg)
-    sink = MetricsLog.open(
-        run_dir,
-        cfg.report.sinks,
-        name=cfg.name,
-        project=cfg.report.wandb_project,
-        config=cfg.model_dump(mode="json"),
-    )
+    run.policy  # noqa: B018  (the model loads before any sink opens)
+    sink = run.sink(run_dir)
     try:
-        with (
-            open_engine(cfg, bundle, policy, run_dir, log) as engine,
-            episode_backend(cfg, bundle, sampler, engine.policy, engine) as backend,
-        ):
-            return _train(cfg, ckpt, resume, bundle, engine, probe, reward, sink, bars, backend)
+        with run.engine(run_dir, bars.line) as engine, run.rollouts(engine) as backend:
+            return _train(run, ckpt, resume, engine, sink, bars, backend)
     finally:
         sink.close()
 
 
-def build_policy(cfg: RunConfig, spec: str | None = None) -> tuple[Any, BatchedHFSampler, Policy]:
-    """The configured model (or `spec`, e.g. an SFT checkpoint, placed the same way; LoRA
-    only on the configured model), its batched sampler and the policy around them."""
-    bundle = build_model(cfg, spec)
-    sampler = BatchedHFSampler(
-        bundle.model,
-        temperature=cfg.model.temperature,
-        seed=cfg.trainer.seed,
-        max_batch_size=cfg.model.max_batch_size,
-    )
-    parser = get_parser(cfg.env.parser) if cfg.env.parser else None
-    return bundle, sampler, Policy.from_bundle(bundle, sampler, parser)
-
-
-def build_model(cfg: RunConfig, spec: str | None = None) -> Any:
-    """The configured model's bundle (or `spec`'s), placed, with LoRA on the configured
-    model: what every learner rank builds."""
-    from tracerl.models import load
-
-    spec = spec or cfg.model.spec
-    bundle = load(spec)
-    bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
-    if cfg.model.lora is not None and spec == cfg.model.spec:
-        bundle.model = apply_lora(
-            bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed
-        )
-    return bundle
-
-
-def train_tasks(cfg: RunConfig, probe: Any, step: int, n: int | None = None) -> list[dict]:
-    """Step `step`'s training tasks: a function of the seed and the step."""
-    return probe.sample_tasks(
-        n or cfg.env.tasks_per_step,
-        seed=cfg.trainer.seed * 1_000_003 + step,
-        split=cfg.env.train_split,
-    )
-
-
 def _train(
-    cfg: RunConfig,
+    run: Run,
     ckpt: Any,
     resume: bool,
-    bundle: Any,
     engine: Engine,
-    probe: Any,
-    reward: ScoreFn,
     sink: MetricsLog,
     bars: QuietProgress,
     backend: RolloutBackend | None,
 ) -> dict[str, float]:
+    cfg, bundle, env, probe, reward = run.cfg, run.bundle, run.env, run.probe, run.reward
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
     policy = engine.policy
     sampler = policy.sampler  # its policy_version is the run's
-
-    # picklable: Ray workers build it too
-    env = env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
 
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
         return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
@@ -210,7 +140,7 @@ def _train(
                 cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish
             )
             save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
-    learner = make_learner(bundle.model, learner_config(cfg))  # across ranks under torchrun
+    learner = run.learner()  # across ranks under torchrun
     if backend is not None and hasattr(sampler, "_model_lock"):
         # a turn served from the learner's weights may still run (for a lost worker) during
         # an update
@@ -225,22 +155,9 @@ def _train(
         if start >= t.steps and not has_eval(run_dir, t.steps):
             # stopped after the last step, before its evaluation
             final = evaluation(t.steps)
-    grpo = GRPOConfig(
-        group_size=t.group_size,
-        advantage=t.advantage,
-        credit=t.credit,
-        credit_gamma=t.credit_gamma,
-        step_group_weight=t.step_group_weight,
-        dynamic_sampling=DynamicSampling.of(cfg.trainer.dynamic_sampling),
-        rollout=cfg.rollout,
-        timeouts=t.timeouts,
-        timeout_reward_cap=t.timeout_reward_cap,
-    )
+    grpo = run.grpo
     bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
-
-    def tasks_of(step: int) -> list[dict[str, Any]]:
-        return train_tasks(cfg, probe, step)
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""
@@ -284,7 +201,7 @@ def _train(
                         reward,
                         grpo,
                         start,
-                        tasks_of,
+                        run.tasks,
                         record,
                         evaluate_after,
                         evaluation_async,
@@ -302,7 +219,7 @@ def _train(
             bars.phase(f"step {step} rollouts", cfg.env.tasks_per_step * t.group_size)
             m, episodes = grpo_step(
                 env,
-                tasks_of(step),
+                run.tasks(step),
                 policy,
                 learner,
                 reward,
@@ -312,9 +229,7 @@ def _train(
                 done=done_episodes(run_dir, step),
                 on_episode=bars.advance,
                 backend=backend,
-                refill=lambda r, n, drawn, step=step: replacement_tasks(
-                    cfg, probe, step, r, n, drawn
-                ),
+                refill=run.refill(step),
             )
             if not record(step, m, episodes, t0):
                 return final
@@ -378,27 +293,3 @@ async def _train_async(
         backend=backend,
     )
     return final
-
-
-def learner_config(cfg: RunConfig) -> LearnerConfig:
-    t = cfg.trainer
-    return LearnerConfig(
-        lr=t.lr,
-        epochs=t.epochs,
-        micro_batch_tokens=t.micro_batch_tokens,
-        max_grad_norm=t.max_grad_norm,
-        temperature=cfg.model.temperature,
-        clip=ClipConfig(
-            clip_low=t.clip_low,
-            clip_high=t.clip_high,
-            tis_cap=t.tis_cap,
-            is_mask=t.is_mask,
-            is_mask_low=t.is_mask_low,
-            is_mask_high=t.is_mask_high,
-            agg=t.agg,
-        ),
-        kl_coef=t.kl_coef,
-        kl_estimator=t.kl_estimator,
-        compile=t.compile,
-        gradient_checkpointing=t.gradient_checkpointing,
-    )

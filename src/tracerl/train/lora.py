@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from tracerl.config import LORA_TARGETS
+from tracerl.models.lora import is_lora  # re-exported: `tracerl.train.lora.is_lora`
 
 
 def resolve_device(device: str) -> torch.device:
@@ -71,10 +72,6 @@ def apply_lora(
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         return get_peft_model(model, cfg)
-
-
-def is_lora(model: Any) -> bool:
-    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
 class Reference:

@@ -23,6 +23,17 @@ import yaml
 from tracerl.errors import UserError
 from tracerl.report.run import metric_rows
 
+
+class RunExistsError(UserError, RuntimeError):
+    """The run directory holds a run already (continue it with --resume)."""
+
+
+def refuse_existing_run(run_dir: Path, hint: str) -> None:
+    """A run directory with metrics is a run: never written into by a new one."""
+    if (run_dir / "metrics.jsonl").exists():
+        raise RunExistsError(f"{run_dir} already holds a run", hint)
+
+
 MAY_CHANGE = (
     "trainer.steps",
     "trainer.eval_every",

@@ -27,44 +27,15 @@ from tracerl.config import RunConfig
 from tracerl.envs.parsers import ActionParser
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
-from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import ScoreFn
-from tracerl.rollout.groups import RolloutBackend, episode_task_id, run_groups
+from tracerl.rollout.groups import RolloutBackend, run_groups
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
+from tracerl.rollout.reference import reference_policy
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.evaluation import evaluate
 from tracerl.train.metrics import gradient_eligible
 from tracerl.train.sft import sft
-
-
-def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> list[str]:
-    """The reference agent's turns for `task`, as this model family writes them."""
-    texts = []
-    for action in env.check_script(task):
-        if action.tool_calls:
-            calls = [(c.name, c.arguments) for c in action.tool_calls]
-            texts.append(parser.format_calls(calls))
-        elif action.answer is not None:
-            texts.append(parser.format_answer(action.answer))
-        else:
-            texts.append(action.text)
-    return texts
-
-
-def reference_policy(
-    renderer: Any, model_id: str, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
-) -> Policy:
-    """A policy that plays `probe.check_script` for each of `tasks`, turn by turn (episodes
-    named by `group_episode_id`, which says whose task each is)."""
-    scripts = {t["id"]: reference_texts(probe, t, parser) for t in tasks}
-
-    def turn(request: Any) -> str:
-        texts = scripts[episode_task_id(request.episode_id)]
-        return texts[min(request.turn, len(texts) - 1)]
-
-    sampler = ScriptedSampler.from_texts(renderer, turn, logprob=0.0)
-    return Policy(sampler, renderer, parser, model_id)
 
 
 def warm_start(

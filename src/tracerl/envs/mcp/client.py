@@ -3,9 +3,10 @@
 The `mcp` SDK's client must be entered and left in one task, and its connection lives on
 the event loop that opened it. Episodes run on whatever loop their caller has (a training
 step's, an evaluation's, a Ray worker's), and a worker-scoped connection outlives them all.
-So every connection lives on this module's *hub*: one daemon thread running one event loop,
-where each connection is a task that holds the SDK's ``async with Client(...)`` until it is
-told to close. Callers on any loop (or none) hand the hub coroutines and await the answer.
+So every connection lives on the *hub* (`tracerl.envs.mcp.hub`): one daemon thread running
+one event loop, where each connection is a task that holds the SDK's ``async with
+Client(...)`` until it is told to close. Callers on any loop (or none) hand the hub
+coroutines and await the answer.
 
 A stdio server is started through `tracerl.engines.guard` in ``--parent`` mode, so it ends
 with this process however the process ends (``kill -9`` included); its stderr goes to a
@@ -15,20 +16,22 @@ temporary file whose tail explains a server that would not start or died.
 from __future__ import annotations
 
 import asyncio
-import atexit
-import concurrent.futures
 import contextlib
 import logging
 import os
 import sys
 import tempfile
-import threading
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracerl.envs.mcp.config import McpServer, expand
+
+# the hub has a module of its own; its names stay importable from here
+from tracerl.envs.mcp.hub import hub as hub
+from tracerl.envs.mcp.hub import on_hub as on_hub
+from tracerl.envs.mcp.hub import owned as owned
+from tracerl.envs.mcp.hub import run_sync as run_sync
 
 log = logging.getLogger("tracerl")
 _STDERR_TAIL = 1500
@@ -55,66 +58,6 @@ def import_mcp() -> Any:
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ImportError("MCP tools need the `mcp` package: pip install 'tracerl[mcp]'") from e
     return mcp
-
-
-class _Hub:
-    """A daemon thread running one event loop for every MCP connection of this process."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name="tracerl-mcp", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-
-_hub: _Hub | None = None
-_hub_lock = threading.Lock()
-
-
-def hub() -> _Hub:
-    global _hub
-    with _hub_lock:
-        if _hub is None or _hub.pid != os.getpid():  # none yet, or a forked child
-            from tracerl.envs.mcp import pool
-
-            if _hub is not None:  # the parent's connections are not this process's
-                pool.forget()
-            _hub = _Hub()
-            atexit.register(pool.close_all)
-        return _hub
-
-
-async def on_hub(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
-    """Run `coro` on the hub and await its result from the caller's loop."""
-    fut = hub().submit(coro)
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
-    except (asyncio.CancelledError, TimeoutError):
-        fut.cancel()
-        raise
-
-
-def owned() -> bool:
-    """Whether this process's hub is running (connections exist that are this process's)."""
-    return _hub is not None and _hub.pid == os.getpid()
-
-
-def run_sync(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
-    """Run `coro` on the hub and wait for it here (code that is not async: an env's
-    constructor, `check_env`). Safe inside a running loop: the hub is another thread."""
-    fut = hub().submit(coro)
-    try:
-        return fut.result(timeout)
-    except concurrent.futures.TimeoutError:
-        fut.cancel()
-        raise TimeoutError(f"no answer in {timeout:g} s") from None
 
 
 class Connection:

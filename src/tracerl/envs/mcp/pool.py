@@ -1,16 +1,18 @@
 """Connections by server: the worker's shared ones (``scope: worker``), an episode's own
 (``scope: episode``), and the tool listing an environment is built from before any episode.
-All of them live on the hub (`tracerl.envs.mcp.client`)."""
+All of them live on the hub (`tracerl.envs.mcp.hub`)."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import hashlib
 import json
 
-from tracerl.envs.mcp.client import Connection, Listing, owned, run_sync
+from tracerl.envs.mcp.client import Connection, Listing
 from tracerl.envs.mcp.config import McpServer
+from tracerl.envs.mcp.hub import at_new_hub, owned, run_sync
 
 _POOL: dict[str, Connection] = {}
 _LOCKS: dict[str, asyncio.Lock] = {}  # used on the hub's loop only
@@ -82,3 +84,12 @@ def forget() -> None:
     """In a forked child: the parent's connections are not this process's to use."""
     _POOL.clear()
     _LOCKS.clear()
+
+
+def _on_new_hub(forked: bool) -> None:
+    if forked:  # the parent's connections are not this process's
+        forget()
+    atexit.register(close_all)
+
+
+at_new_hub(_on_new_hub)

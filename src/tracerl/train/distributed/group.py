@@ -23,42 +23,15 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-from tracerl.errors import UserError
 from tracerl.train.distributed.ranks import (
+    LaunchError,
+    RankLost,
     Ranks,
     close_process_group,
     init_process_group,
     launched,
 )
 from tracerl.train.distributed.strategy import Strategy, make_strategy
-
-RESUME_HINT = (
-    "the newest checkpoint is whole: run the same torchrun command with --resume to "
-    "continue from it (episodes already written are reused)"
-)
-
-
-class RankLost(UserError, RuntimeError):
-    """A learner collective failed: another rank stopped, or lost its connection. Printed
-    without a traceback (it is not rank 0's bug), with how to resume."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, RESUME_HINT)
-
-
-def is_collective_failure(e: BaseException) -> bool:
-    """A failure of torch.distributed's transport (a peer gone, a timeout), not of the
-    computation around it."""
-    import torch.distributed as dist
-
-    if isinstance(e, dist.DistError):
-        return True
-    text = str(e)
-    return any(k in text for k in ("gloo", "NCCL", "Connection closed", "Connection reset"))
-
-
-class LaunchError(UserError, ValueError):
-    """The launch and the config disagree (processes vs strategy)."""
 
 
 class Channel:
@@ -144,29 +117,20 @@ def launch(cfg: Any) -> Iterator[Launch]:
     close_process_group()
 
 
-def make_learner(model: Any, config: Any) -> Any:
-    """The learner of this process's launch: rank 0's sends its calls to the others."""
-    from tracerl.train.learner import Learner
-
-    here = current()
-    return Learner(model, config, here.strategy(), channel=here.channel)
-
-
-def follow(cfg: Any, log: Any = print) -> None:
-    """A learner rank (not rank 0): build the model as rank 0 does, then make rank 0's
-    learner calls until it says stop."""
-    from tracerl.train.loop import build_model
-
+def follow(run: Any, log: Any = print) -> None:
+    """A learner rank (not rank 0): build the model as rank 0 does (`run`: the rank's
+    `tracerl.train.run.Run`, built from the same config), then make rank 0's learner calls
+    until it says stop."""
     here = current()
     channel = here.channel
     assert channel is not None and not here.ranks.main
-    model = build_model(cfg).model
+    run.bundle  # noqa: B018  (the model, built before rank 0's first call)
     log(f"rank {here.ranks.rank}/{here.ranks.world_size}: learner ({here.strategy_name})")
     # Ctrl-C and torchrun's SIGTERM reach every rank: rank 0 finishes its step and writes
     # a checkpoint (which needs this rank's shards), then says stop
     old = {sig: signal.signal(sig, _noted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _follow(channel, here, model, cfg)
+        _follow(channel, here, run)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -176,18 +140,14 @@ def _noted(signum: int, frame: Any) -> None:
     """A learner rank stops when rank 0 says so (or is gone), not on a signal."""
 
 
-def _follow(channel: Channel, here: Launch, model: Any, cfg: Any) -> None:
-    from tracerl.train.loop import learner_config
-
+def _follow(channel: Channel, here: Launch, run: Any) -> None:
     learner = None
     while True:
         command, args = channel.receive()
         if command == "stop":
             return
         if command == "init":
-            from tracerl.train.learner import Learner
-
-            learner = Learner(model, learner_config(cfg), here.strategy())
+            learner = run.learner(follower=True)
             continue
         if learner is None:
             raise RuntimeError(f"rank {here.ranks.rank}: {command!r} before the learner exists")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tracerl.errors import UserError
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -84,3 +86,32 @@ def close_process_group() -> None:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+
+
+RESUME_HINT = (
+    "the newest checkpoint is whole: run the same torchrun command with --resume to "
+    "continue from it (episodes already written are reused)"
+)
+
+
+class RankLost(UserError, RuntimeError):
+    """A learner collective failed: another rank stopped, or lost its connection. Printed
+    without a traceback (it is not rank 0's bug), with how to resume."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, RESUME_HINT)
+
+
+def is_collective_failure(e: BaseException) -> bool:
+    """A failure of torch.distributed's transport (a peer gone, a timeout), not of the
+    computation around it."""
+    import torch.distributed as dist
+
+    if isinstance(e, dist.DistError):
+        return True
+    text = str(e)
+    return any(k in text for k in ("gloo", "NCCL", "Connection closed", "Connection reset"))
+
+
+class LaunchError(UserError, ValueError):
+    """The launch and the config disagree (processes vs strategy)."""

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from tracerl.config import ConfigError, RunConfig
+from tracerl.config.base import ConfigError
+from tracerl.config.run import RunConfig
 
 _UNIONS = (typing.Union, types.UnionType)
 

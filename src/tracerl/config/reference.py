@@ -1,8 +1,8 @@
 """The reference for `tracerl train` configs (docs/config.md), generated from the models.
 
-    python -m tracerl.config_reference           # print it
-    python -m tracerl.config_reference --write   # write docs/config.md
-    python -m tracerl.config_reference --check   # exit 1 if docs/config.md is out of date
+    python -m tracerl.config.reference           # print it
+    python -m tracerl.config.reference --write   # write docs/config.md
+    python -m tracerl.config.reference --check   # exit 1 if docs/config.md is out of date
 
 Every field's meaning is its docstring (``use_attribute_docstrings``); `undocumented` lists
 the fields that have none, and a contract test keeps that list empty and the file in sync.
@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from tracerl.config import RunConfig
-from tracerl.config_loading import _UNIONS, nested_model, strip_optional
+from tracerl.config.loading import _UNIONS, nested_model, strip_optional
+from tracerl.config.run import RunConfig
 
 DOC_PATH = Path("docs/config.md")
 
@@ -45,7 +45,7 @@ the items of a list. A default is written as YAML would write it. Sections whose
 `null` are off unless given (`warm_start: {}` turns one on with its defaults).
 
 This file is generated from the pydantic models in `tracerl.config` (and the models they
-nest): edit the field docstrings there, then run `python -m tracerl.config_reference --write`.
+nest): edit the field docstrings there, then run `python -m tracerl.config.reference --write`.
 """
 
 
@@ -211,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--check"]:
         if not DOC_PATH.is_file() or DOC_PATH.read_text() != text:
             print(
-                f"{DOC_PATH} is out of date: run python -m tracerl.config_reference --write",
+                f"{DOC_PATH} is out of date: run python -m tracerl.config.reference --write",
                 file=sys.stderr,
             )
             return 1
         return 0
     if args:
-        print("usage: python -m tracerl.config_reference [--write | --check]", file=sys.stderr)
+        print("usage: python -m tracerl.config.reference [--write | --check]", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0

@@ -1,4 +1,4 @@
-"""The `tracerl readiness` command (registered in `tracerl.cli`)."""
+"""`tracerl readiness`: should this task get RL at all? (`tracerl.readiness.run`)"""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tracerl.cli.common import console, fail, prepare_config
 
 
 def readiness(
@@ -23,12 +25,11 @@ def readiness(
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON report only")] = False,
 ) -> None:
     """Should this task get RL at all? Four measured answers and one recommendation."""
-    from tracerl.cli import _config, _fail, console
     from tracerl.readiness.run import print_readiness, readiness_from_config
 
     if episodes is not None and episodes < 1:
-        raise _fail(f"--episodes must be at least 1, got {episodes}")
-    cfg = _config(config, overrides).cfg
+        raise fail(f"--episodes must be at least 1, got {episodes}")
+    cfg = prepare_config(config, overrides).cfg
     if sft is not None:
         from tracerl.models.loading import check_spec
 

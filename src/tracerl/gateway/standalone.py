@@ -1,4 +1,4 @@
-"""`tracerl gateway MODEL`: the gateway on its own, to look at what an agent harness does.
+"""The gateway on its own (`tracerl gateway MODEL`), to look at what an agent harness does.
 
 Point any OpenAI-compatible client at ``http://HOST:PORT/v1``; each API key (or ``user``
 field, or ``X-Tracerl-Session`` header) is a session. ``GET /tracerl/sessions/NAME`` shows
@@ -12,32 +12,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from tracerl.rollout.episode import episode_seed
 
 
-def gateway_command(
-    model: Annotated[
-        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
-    ],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    out: Annotated[Path, typer.Option(help="where ended sessions are written")] = Path(
-        "runs/gateway"
-    ),
-    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
-    max_turn_tokens: Annotated[int, typer.Option(help="the most tokens a turn samples")] = 256,
-    max_requests: Annotated[int, typer.Option(help="model turns a session may ask for")] = 32,
-    parser: Annotated[
-        str | None, typer.Option(help="tool-call parser (default: the model family's)")
-    ] = None,
+def run_gateway(
+    model: str,
+    *,
+    port: int = 8000,
+    host: str = "127.0.0.1",
+    out: Path = Path("runs/gateway"),
+    temperature: float = 1.0,
+    max_turn_tokens: int = 256,
+    max_requests: int = 32,
+    parser: str | None = None,
+    log: Callable[[str], None] = print,
 ) -> None:
-    """Serve the OpenAI chat-completions API over a model, recording every session's tokens
-    with their authors (sessions end into OUT as episodes)."""
+    """Serve the OpenAI chat-completions API over model spec `model` until SIGINT or SIGTERM,
+    recording every session's tokens with their authors; ended sessions (and, at the end,
+    every open one) are written into `out` as episodes. `log` is told the URL and where the
+    sessions went."""
     from tracerl.envs.parsers import get_parser
     from tracerl.gateway.server import Gateway
     from tracerl.gateway.session import GatewaySession
@@ -81,7 +78,7 @@ def gateway_command(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopped.set)
         url = gateway.start()
-        typer.echo(f"gateway for {model}: base_url={url}/v1, one api_key per session")
+        log(f"gateway for {model}: base_url={url}/v1, one api_key per session")
         try:
             await stopped.wait()
         finally:
@@ -89,7 +86,7 @@ def gateway_command(
             for session in list(gateway.sessions.values()):
                 if not session.closed and session.conv is not None:
                     end(session, None)
-            typer.echo(f"sessions written to {writer.path}")
+            log(f"sessions written to {writer.path}")
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

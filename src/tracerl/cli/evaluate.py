@@ -1,6 +1,6 @@
-"""The `tracerl eval` command (registered in `tracerl.cli`): a config's model on its
-environment (`tracerl.train.evaluation.evaluate_config`), or a model on the held-out search
-questions (`tracerl.evaluate`)."""
+"""`tracerl eval`: a config's model on its environment
+(`tracerl.train.evaluation.evaluate_config`), or a model on the held-out search questions
+(`tracerl.evaluate`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tracerl.cli.common import console, fail, prepare_config
 
 
 def eval_command(
@@ -40,12 +42,11 @@ def eval_command(
     With CONFIG: its model on its environment's eval split (and adversarial split, if set),
     scored by its reward, into --out (a run directory `show`, `triage` and `report` read).
     Without: a model on held-out search questions (--corpus, --protocol, --split)."""
-    from tracerl.cli import _config, _fail, console
     from tracerl.report.progress import RichProgress
     from tracerl.train.loop import refuse_existing_run
 
     if n is not None and n < 1:
-        raise _fail(f"--n must be at least 1, got {n}")
+        raise fail(f"--n must be at least 1, got {n}")
     refuse_existing_run(out, "pick another --out")  # before any progress is drawn
     if config is not None or overrides:
         from tracerl.train.evaluation import evaluate_config
@@ -53,12 +54,12 @@ def eval_command(
         given = [f"--{k}" for k, v in (("model", model), ("corpus", corpus)) if v is not None]
         given += ["--protocol"] * (protocol is not None) + ["--split"] * bool(split)
         if given:
-            raise _fail(
+            raise fail(
                 f"{', '.join(given)} apply only without a CONFIG",
                 "set them in the config instead (model.spec=..., env.kwargs.corpus=..., "
                 "env.eval_split=...)",
             )
-        prepared = _config(config, [*(overrides or []), f"trainer.seed={seed}"])
+        prepared = prepare_config(config, [*(overrides or []), f"trainer.seed={seed}"])
         with RichProgress(console) as bars:
             metrics = evaluate_config(prepared, out, n=n, progress=bars)
         written = out / "eval"

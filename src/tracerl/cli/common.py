@@ -1,0 +1,89 @@
+"""What the commands share: the consoles, the ``--debug`` flag (`tracebacks`), the command
+group that turns a `tracerl.errors.UserError` into two lines and exit status 2, `fail`, the
+run config a command is given (`prepare_config`) and the run's dashboard (`write_report`).
+
+Command modules import this and lower layers only, never each other.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from tracerl.errors import UserError
+
+console = Console(emoji=False)  # ":smile:" in a task id or a name stays as written
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
+tracebacks = [os.environ.get("TRACERL_DEBUG", "") not in ("", "0")]
+"""Whether errors show their traceback (``--debug`` or ``TRACERL_DEBUG=1``); a list so that
+the flag can be set in place."""
+
+
+class Commands(TyperGroup):
+    """Every command's user errors become two lines and exit status 2 (tracebacks with
+    ``--debug``)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            if tracebacks[0]:
+                raise
+            raise fail(e.message, e.hint) from None
+
+
+def options(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of any error.")
+    ] = False,
+) -> None:
+    # the options every command takes, before its name: ``tracerl --debug COMMAND``
+    # (no docstring: a callback's docstring would become the app's help)
+    if debug:
+        tracebacks[0] = True
+
+
+def fail(message: str, hint: str | None = None) -> typer.Exit:
+    """Print an error for a person (no traceback, no markup) and return the exit to raise."""
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+    if hint:
+        err_console.print(f"  {hint}", markup=False, highlight=False)
+    return typer.Exit(2)
+
+
+def prepare_config(config: Path | None, overrides: list[str] | None) -> Any:
+    """A checked run config (`tracerl.preflight`) from a YAML file and dotted overrides (or
+    overrides alone): environment, splits, reward and model spec resolved, nothing loaded."""
+    from tracerl.config import ConfigError
+    from tracerl.config.loading import load_config
+    from tracerl.preflight import prepare
+
+    if config is not None and "=" in str(config) and not config.exists():  # only overrides
+        overrides, config = [str(config), *(overrides or [])], None
+    cfg = load_config(config, overrides or [])
+    try:
+        prepared = prepare(cfg)
+    except ConfigError as e:
+        where = f"{config}: " if config is not None else ""
+        raise ConfigError(where + e.message, e.hint) from e
+    for warning in prepared.warnings:
+        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+    return prepared
+
+
+def write_report(run: Path, n: int = 100) -> Path:
+    """The dashboard, with the judges' agreement with people refreshed first when the run
+    has a review pool (a resumed run's pool holds verdicts on earlier steps' answers)."""
+    from tracerl.judge_calibration import REVIEW_FILE, judged_in_run, write_agreement
+    from tracerl.report.html import write_report as write_html
+    from tracerl.report.run import RunData
+
+    data = RunData.load(run)  # read once, for both
+    if (run / REVIEW_FILE).exists():
+        write_agreement(run, judged_in_run(data.episodes))
+    return write_html(run, n_triage=n, data=data)

@@ -1,0 +1,119 @@
+"""`tracerl check-env` (an environment against the contract), `tracerl serve-retriever` (the
+search environment's retrieval as a server) and `tracerl init` (a starter package for your
+own environment, written by `tracerl.scaffold`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracerl.cli.common import console, fail
+
+
+def check_env_cmd(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="an environment: a built-in or entry point name, or module:Class"),
+    ] = None,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(help="an argument for the environment, KEY=VALUE (repeatable)"),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="check the environment a run config trains: its env.name, env.kwargs and "
+            "env.mcp servers"
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
+) -> None:
+    """Check an environment: versions, tool schemas, splits, determinism, dry runs, reward
+    (and, for tools from MCP servers, each server's identity, listing and dry-run paths).
+
+    Exit 0 when every check passes, 1 when one fails, 2 when the environment cannot be
+    found or built."""
+    from tracerl.config import ConfigError
+    from tracerl.config.loading import apply_overrides, load_config
+    from tracerl.envs.registry import env_factory
+    from tracerl.models.loading import smollm2_tokenizer
+    from tracerl.models.render import ChatRenderer
+    from tracerl.preflight import build_probe
+    from tracerl.rollout.env_check import check_env
+
+    kwargs = apply_overrides({}, list(arg or []))
+    mcp: list = []
+    if config is not None:
+        env_cfg = load_config(config).env
+        if name is not None and name != env_cfg.name:
+            raise ConfigError(
+                f"check-env: {name!r} and --config {config} (env.name {env_cfg.name!r}) "
+                "name different environments",
+                "give one of them",
+            )
+        name, kwargs, mcp = env_cfg.name, {**env_cfg.kwargs, **kwargs}, env_cfg.mcp
+    if name is None:
+        raise ConfigError("check-env: name an environment, or give --config FILE")
+    try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
+        build_probe(name, kwargs, mcp)
+    except ConfigError as e:
+        message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
+        raise ConfigError(message, e.hint) from e
+    label = name + "".join(f" {a}" for a in arg or [])
+    report = check_env(
+        env_factory(name, kwargs, mcp),
+        renderer=ChatRenderer(smollm2_tokenizer()),
+        seed=seed,
+        raise_on_failure=False,
+        label=label,
+    )
+    console.print(str(report), markup=False, highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def serve_retriever(
+    corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:PATH")] = "wiki",
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+) -> None:
+    """Serve BM25 retrieval over a corpus with Search-R1's protocol (POST /retrieve)."""
+    from tracerl.envs.search.corpus import load_corpus
+    from tracerl.envs.search.server import RetrievalServer
+
+    try:
+        docs = load_corpus(corpus)
+    except (KeyError, FileNotFoundError, ValueError) as e:
+        raise fail(str(e.args[0] if e.args else e)) from None
+    server = RetrievalServer(docs, host, port)
+    console.print(f"serving {len(docs)} documents of {corpus} at {server.url}/retrieve")
+    server.serve_forever()
+
+
+def init_command(
+    name: Annotated[str, typer.Argument(help="the package name, e.g. unitconv")],
+    dir: Annotated[Path, typer.Option("--dir", help="folder to create the project in")] = Path("."),
+) -> None:
+    """Start your own environment: write a working starter package NAME/.
+
+    A unit-conversion environment with a tool, its verifier, a config and tests, to change
+    into yours."""
+    from tracerl.scaffold import CLASS, init_project
+
+    try:  # a UserError (bad name, existing folder) is printed by the command group
+        target = init_project(name, dir)
+    except OSError as e:
+        raise fail(f"cannot write {dir / name}: {e.strerror or e}") from None
+    shown = os.path.relpath(target) if not target.is_absolute() else str(target)
+    steps = [
+        f"created {shown}/ (a unit-conversion environment to make your own). Next:",
+        f"  cd {shown}",
+        f"  tracerl check-env {name}.env:{CLASS}   # the contract every env must pass",
+        f"  tracerl train configs/{name}.yaml   # a small RL run, written to runs/{name}/",
+        "  python -m pytest tests   # the project's own tests",
+        "Read its README.md, and docs/your-own-env.md in tracerl's documentation.",
+    ]
+    console.print("\n".join(steps), markup=False, highlight=False, soft_wrap=True)

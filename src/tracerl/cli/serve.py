@@ -1,0 +1,79 @@
+"""`tracerl serve` (a model over the OpenAI-compatible completion subset and chat
+completions, `tracerl.rollout.serve`) and `tracerl gateway` (the gateway on its own,
+recording an agent harness's sessions, `tracerl.gateway.standalone`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve_command(
+    model: Annotated[
+        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
+    ],
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (0: greedy, as a judge asks)")
+    ] = 1.0,
+    max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
+    enable_lora: Annotated[
+        bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
+    ] = False,
+) -> None:
+    """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
+    chat completions (text in and out, through the model's chat template)."""
+    from tracerl.models import ModelNotFoundError, load
+    from tracerl.rollout.serve import serve_model
+
+    try:
+        bundle = load(model)
+    except ModelNotFoundError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    serve_model(
+        bundle,
+        model,
+        host=host,
+        port=port,
+        temperature=temperature,
+        max_batch_size=max_batch_size,
+        enable_lora=enable_lora,
+        log=typer.echo,
+    )
+
+
+def gateway_command(
+    model: Annotated[
+        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
+    ],
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    out: Annotated[Path, typer.Option(help="where ended sessions are written")] = Path(
+        "runs/gateway"
+    ),
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
+    max_turn_tokens: Annotated[int, typer.Option(help="the most tokens a turn samples")] = 256,
+    max_requests: Annotated[int, typer.Option(help="model turns a session may ask for")] = 32,
+    parser: Annotated[
+        str | None, typer.Option(help="tool-call parser (default: the model family's)")
+    ] = None,
+) -> None:
+    """Serve the OpenAI chat-completions API over a model, recording every session's tokens
+    with their authors (sessions end into OUT as episodes)."""
+    from tracerl.gateway.standalone import run_gateway
+
+    run_gateway(
+        model,
+        port=port,
+        host=host,
+        out=out,
+        temperature=temperature,
+        max_turn_tokens=max_turn_tokens,
+        max_requests=max_requests,
+        parser=parser,
+        log=typer.echo,
+    )

@@ -1,0 +1,112 @@
+"""`tracerl train` (GRPO, synchronous or asynchronous, across processes under torchrun) and
+`tracerl sft` (supervised fine-tuning on trajectories)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracerl.cli.common import console, err_console, fail, prepare_config, write_report
+
+
+def train(
+    config: Annotated[Path | None, typer.Argument(help="a YAML config (configs/*.yaml)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides: trainer.lr=1e-5 ...")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="continue the run from its newest checkpoint")
+    ] = False,
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config", help="print the resolved config (defaults filled in) and exit"
+        ),
+    ] = False,
+) -> None:
+    """Train with GRPO, synchronous or asynchronous (trainer.mode: async).
+
+    Writes the run directory runs/NAME: episodes, metrics, checkpoints, and the dashboard.
+    Across processes: `torchrun --nproc-per-node N -m tracerl train CONFIG
+    trainer.learner.strategy=ddp` (or fsdp2); rank 0 writes the run.
+    The config is checked first (environment, splits, reward, model spec): a mistake stops
+    the command before any model loads or anything is written."""
+    from tracerl.config import dump_config
+    from tracerl.train.loop import train as run_training
+
+    prepared = prepare_config(config, overrides)
+    cfg = prepared.cfg
+    if print_config:
+        sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
+        return
+    from tracerl.report.progress import RichProgress
+    from tracerl.train.distributed import group
+    from tracerl.train.run import Run
+
+    run = Run(prepared)  # what every rank builds, the same way
+    with group.launch(cfg) as here:  # under torchrun: rank 0 drives, the others only learn
+        if not here.ranks.main:
+            group.follow(run, log=lambda line: err_console.print(line, markup=False))
+            return
+        with RichProgress(console) as bars:
+            run_training(cfg, resume=resume, progress=bars, run=run)
+    from tracerl.report.terminal import print_evals
+
+    print_evals(cfg.run_dir, console)
+    console.print(
+        f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def sft(
+    data: Annotated[Path, typer.Argument(help="a run directory or a trajectories .jsonl(.gz)")],
+    out: Annotated[Path, typer.Option(help="folder to save the tuned model (load it as hf:OUT)")],
+    model: Annotated[str, typer.Option(help="model spec to start from")] = "smollm2-135m-instruct",
+    epochs: Annotated[int, typer.Option(help="passes over the data")] = 1,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate")] = 1e-5,
+    all_episodes: Annotated[
+        bool, typer.Option("--all", help="imitate every episode, not only successful ones")
+    ] = False,
+) -> None:
+    """Supervised fine-tuning on trajectories, with loss on policy tokens only.
+
+    The masks are RL's: tool output, prompts and template tokens never carry loss."""
+    from tracerl.models import load
+    from tracerl.models.loading import check_spec
+    from tracerl.train.sft import sft as run_sft
+    from tracerl.train.sft import sft_data
+
+    check_spec(model)
+    if lr <= 0 or epochs < 1:
+        raise fail(f"--lr must be above 0 and --epochs at least 1, got {lr} and {epochs}")
+    if out.exists() and not out.is_dir():
+        raise fail(f"--out {out} is a file", "give a folder to save the model in")
+    try:
+        trajectories = sft_data(data, successful_only=not all_episodes)
+    except FileNotFoundError as e:
+        raise fail(str(e), "pass a run directory or a .jsonl(.gz) of trajectories") from e
+    except UnicodeDecodeError:
+        raise fail(f"{data}: not a text file of trajectories (.jsonl or .jsonl.gz)") from None
+    except ValueError as e:
+        raise fail(str(e)) from e
+    if not trajectories:
+        raise fail(
+            f"{data}: no {'' if all_episodes else 'successful '}trajectories to learn from",
+            "imitate every episode with --all, or give a run that has successes",
+        )
+    bundle = load(model)
+    from tracerl.report.progress import RichProgress
+
+    with RichProgress(console) as bars:
+        result = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
+    bundle.model.save_pretrained(out)
+    bundle.tokenizer.save_pretrained(out)
+    console.print(
+        f"{len(trajectories)} trajectories, NLL {result.nll_before:.3f} before -> "
+        f"{result.nll_after:.3f} after; "
+        f"saved to {out} (load it as hf:{out})",
+        markup=False,
+    )

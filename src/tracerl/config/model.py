@@ -1,0 +1,78 @@
+"""The ``model`` section: which policy, where it runs, how it samples, LoRA, vLLM."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tracerl.config.base import _Config
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(_Config):
+    r: int = Field(16, ge=1)
+    """Rank of each adapter (the inner dimension of its two low-rank matrices)."""
+    alpha: int = Field(32, ge=1)
+    """Scaling of the adapters' update: it is multiplied by alpha / r."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training (0: none)."""
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS))
+    """Module names that get adapters (every attention and MLP projection by default)."""
+
+
+class VLLMConfig(_Config):
+    """The vLLM server tracerl starts with ``model.engine: vllm`` (`tracerl.engines.vllm`)."""
+
+    python: str | None = None
+    """The Python that runs vLLM; None: ``$TRACERL_VLLM_PYTHON``, else ``.venv-vllm`` (made
+    by ``make vllm``) in the checkout or the working directory, else this Python if vLLM
+    imports here."""
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """The server's dtype. bfloat16 is about twice as fast on a CPU with AVX-512/AMX; the
+    learner stays fp32, so the sampler's log-probs differ slightly from the learner's (the
+    IS correction, ``trainer.tis_cap``, handles it; ``train/logprob_gap_mean`` shows it)."""
+    host: str = "127.0.0.1"
+    """Where it listens. Its weight-reload routes are on: keep it off public interfaces."""
+    port: int = Field(0, ge=0)
+    """0: a free port."""
+    kv_cache_gb: float = Field(1.0, gt=0)
+    """CPU memory for its KV cache (vLLM would otherwise take most of the machine's)."""
+    max_model_len: int | None = Field(None, ge=16)
+    """The longest prompt plus completion it accepts; None: the model's context length, at
+    most 4096 (the KV cache is sized for it)."""
+    threads: int | None = Field(None, ge=1)
+    """CPU cores for its compute (cores 0..threads-1); None: all of this process's cores
+    (training alternates sampling and learning; vLLM's own default keeps one core for its
+    scheduler, which on 2 cores halves its decode: 306 vs 380 tokens/s measured here)."""
+    start_timeout_s: float = Field(600.0, gt=0)
+    """How long a start may take before it is an error (a first start compiles kernels)."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More ``vllm serve`` arguments, passed as they are."""
+
+
+class ModelConfig(_Config):
+    spec: str = "smollm2-135m-instruct"
+    """A model spec: smollm2-135m-instruct, tiny-random, tiny-chars (and their -hd64 forms, which
+    vLLM can serve) or hf:<folder>."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (the learner computes log-probs at the same temperature)."""
+    max_batch_size: int = Field(32, ge=1)
+    """The most model turns (of concurrent episodes) the sampler runs through the model as
+    one batch; with ``trainer.rollout.backend: ray`` it also batches the learner's completion
+    server."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs and trains. auto: a GPU if one is visible, else the CPU; cuda
+    without a visible GPU is refused."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """auto: fp32 on CPU (bf16 matmul is several times slower there), bf16 on a GPU."""
+    lora: LoraConfig | None = None
+    """LoRA adapters (needs `peft`); None trains every weight."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """What samples the policy's turns (`tracerl.engines`): ``hf``, the trainer's own model
+    (shares the learner's weights); ``vllm``, a vLLM server tracerl starts, keeps in step
+    after every update (LoRA hot-load or an in-place weight reload) and stops. Used by
+    train, eval, readiness and the Ray backend."""
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig())
+    """The vLLM server's options (``engine: vllm``)."""
