@@ -6,6 +6,7 @@ with every command: report, triage, show, replay (exact and live), readiness."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,33 @@ ARGS = ["trainer.steps=10", "trainer.checkpoint_every=5", "env.eval_tasks=4"]
 AGENT = "agent=tests.agents:arithmetic"
 
 
-def tracerl(*args: str, timeout: float = 600) -> str:
+def tracerl(*args: str, timeout: float = 900) -> str:
+    return finish(start(*args), timeout)
+
+
+def start(*args: str, **env: str) -> subprocess.Popen:
+    """The real `tracerl` command, as a user starts it."""
     cmd = [sys.executable, "-m", "tracerl.cli", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out + err
+    return out
+
+
+def in_process(*args: str) -> str:
+    """A command on a finished run, in this process (what it imports is imported already)."""
+    from typer.testing import CliRunner
+
+    from tracerl.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def metrics(run: Path) -> list[dict]:
@@ -30,8 +53,14 @@ def metrics(run: Path) -> list[dict]:
 
 def test_an_openai_sdk_agent_trains_as_native_episodes_do(tmp_path):
     config = "configs/learn-arithmetic.yaml"
-    tracerl("train", config, f"out_dir={tmp_path / 'native'}", *ARGS)
-    tracerl("train", config, f"out_dir={tmp_path / 'agent'}", *ARGS, AGENT)
+    # two independent runs, side by side: one thread each, so two cores run both at once
+    one = {"OMP_NUM_THREADS": "1"}
+    runs = [
+        start("train", config, f"out_dir={tmp_path / 'native'}", *ARGS, **one),
+        start("train", config, f"out_dir={tmp_path / 'agent'}", *ARGS, AGENT, **one),
+    ]
+    for proc in runs:
+        finish(proc)
     native, agent = (metrics(tmp_path / k / "learn-arithmetic") for k in ("native", "agent"))
     assert len(agent) == len(native) == 10
     for a, b in zip(agent, native, strict=True):
@@ -46,16 +75,16 @@ def test_an_openai_sdk_agent_trains_as_native_episodes_do(tmp_path):
     assert all(t.receipt["agent"]["entry"] == "tests.agents:arithmetic" for t in trajectories)
     episode = trajectories[0].episode_id
 
-    out = tracerl("replay", str(run), "--episode", episode)
+    out = in_process("replay", str(run), "--episode", episode)
     assert "replayed exactly" in out
-    out = tracerl("replay", str(run), "--episode", episode, "--live")
+    out = in_process("replay", str(run), "--episode", episode, "--live")
     assert "drift" not in out.lower() or "no drift" in out.lower(), out
-    assert "100 episodes: " in tracerl("triage", str(run))
-    tracerl("report", str(run))
+    assert "100 episodes: " in in_process("triage", str(run))
+    in_process("report", str(run))
     assert (run / "report" / "index.html").exists()
     pages = list((run / "report").rglob("*.html"))
     assert any("tests.agents:arithmetic · 1 requests" in p.read_text() for p in pages)
-    assert "tests.agents:arithmetic · 1 requests" in tracerl("show", str(run), episode)
+    assert "tests.agents:arithmetic · 1 requests" in in_process("show", str(run), episode)
 
 
 def test_an_agent_trains_asynchronously_too(tmp_path):

@@ -156,6 +156,9 @@ def test_smollm2_judges_through_tracerl_serve(tmp_path, tiny):
             "base_url": f"{url}/v1",
             "model": "smollm2-135m-instruct",
             "max_tokens": 32,
+            # a request takes ~2 s on idle cores and 30 s on loaded ones; a timeout would be
+            # a JudgeUnavailable, not the verdict or VerdictError asserted: only a hang's bound
+            "timeout_s": 900,
             "retries": 0,
             "cache": str(tmp_path / "verdicts"),
         }

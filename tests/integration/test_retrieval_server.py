@@ -81,18 +81,25 @@ def test_a_retriever_outage_is_the_environments_fault(tiny):
     assert ok.stop_reason.value == "answered" and ok.gradient_eligible
 
 
-def test_dense_retrieval_finds_documents_by_meaning(tmp_path):
-    """The optional dense index (MiniLM shipped in a package, faiss), cached by corpus hash."""
+def test_dense_retrieval_finds_documents_by_meaning(tmp_path, monkeypatch):
+    """The optional dense index (MiniLM shipped in a package, faiss), cached by corpus hash;
+    the env loads it in the episode's set-up (`reset`), never inside a search's time limit."""
     pytest.importorskip("faiss")
+    from tracerl.envs.search import env as search_env
     from tracerl.envs.search.dense import DenseIndex
 
+    monkeypatch.setenv("TRACERL_CACHE", str(tmp_path))
+    monkeypatch.setattr(search_env, "_INDEXES", {})  # this process has no index yet
     corpus = load_corpus("synthetic")
-    index = DenseIndex(corpus, cache=tmp_path)
+    index = DenseIndex(corpus, cache=tmp_path / "indexes")
     doc = next(d for d in corpus.docs if d.id.startswith("syn:org:"))
     hits = index.search(f"the company {doc.title}", 3)
     assert doc.id in [h.doc.id for h in hits]
-    assert index.origin == "built" and DenseIndex(corpus, cache=tmp_path).origin == "cache"
+    again = DenseIndex(corpus, cache=tmp_path / "indexes")
+    assert index.origin == "built" and again.origin == "cache"
     env = make("search", corpus="synthetic", retriever="dense")
+    asyncio.run(env.reset(env.sample_tasks(1)[0], 0))
+    assert search_env._INDEXES[f"dense:{corpus.sha256}"].origin == "cache"  # the one built
     result = asyncio.run(env.search({"query": doc.title}))
     assert result.ok and doc.id in result.content
 
