@@ -5,6 +5,18 @@ empty folder before any test runs, so every cached artefact (BM25 and dense inde
 converted SmolLM2 weights, tokenizers) is built by this run, as on a new machine, and no
 test can pass only because an earlier run left something in ``~/.cache/tracerl``. Building
 them all costs about 30 s. The folder is deleted at the end of the run.
+
+Every process of the run computes on one thread (``$OMP_NUM_THREADS``, unless it is set
+already; subprocesses, torchrun ranks, Ray workers and servers inherit it). The suite's
+models are small, and where the cores are busy (a test's own subprocess or server, other
+work on the machine) each of their many small ops waits for the thread that has no core:
+measured under load, one SFT took 202 s on two threads and 13 s on one, and
+tests/integration/test_smollm2.py 292 s and 144 s.
+
+`make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadscope``): a test
+module is one unit of work, so its module-scoped fixtures (a vLLM server, a Ray cluster) are
+built once, on one worker. Each worker has its own cache folder, and each Ray cluster is
+its process's own (``address="local"``), so the two workers share nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ import copy
 import importlib.resources
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -49,9 +62,24 @@ def pytest_configure(config):
     fresh = tempfile.mkdtemp(prefix="tracerl-test-cache-")
     config._tracerl_cache = (fresh, os.environ.get("TRACERL_CACHE"))
     os.environ["TRACERL_CACHE"] = fresh  # subprocesses (Ray workers, servers) inherit it
+    config._omp_threads = os.environ.get("OMP_NUM_THREADS")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its thread pool
+    if "torch" in sys.modules:  # imported already (by a plugin): its pool too
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+# The longest module (~15 min of a worker): handed out first, so the other worker takes the
+# rest beside it instead of waiting for it at the end.
+FIRST = ("tests/integration/test_vllm_engine.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)  # stable
 
 
 def pytest_unconfigure(config):
+    if getattr(config, "_omp_threads", "") is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
     fresh, before = getattr(config, "_tracerl_cache", (None, None))
     if fresh is None:
         return

@@ -93,6 +93,7 @@ def test_an_agent_trains_asynchronously_too(tmp_path):
         "configs/learn-arithmetic.yaml",
         f"out_dir={tmp_path}",
         "trainer.steps=3",
+        "trainer.group_size=8",  # the config's 32 cost 4 times as much, asserting the same
         "env.eval_tasks=2",
         "trainer.mode=async",
         AGENT,
@@ -132,6 +133,7 @@ def test_the_documented_example_trains(tmp_path):
         "examples/calculator_agent.yaml",
         f"out_dir={tmp_path}",
         "trainer.steps=3",
+        "trainer.group_size=4",  # the example's 16: 4 times the episodes, asserting the same
         "env.eval_tasks=4",
     )
     assert "heldout success" in out

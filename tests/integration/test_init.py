@@ -23,14 +23,14 @@ FAST = [  # the starter's config, cut to a smoke test
 ]
 
 
-def _run(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     # TRACERL_CACHE (tests/conftest.py) reaches the command through the environment
     return subprocess.run(
         list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=os.environ
     )
 
 
-def _tracerl(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _tracerl(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return _run(cwd, TRACERL, *args, timeout=timeout)
 
 
@@ -78,7 +78,7 @@ def test_init_never_overwrites_and_refuses_bad_names(tmp_path):
     mine = tmp_path / "unitconv"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    again = _tracerl(tmp_path, "init", "unitconv", timeout=60)
+    again = _tracerl(tmp_path, "init", "unitconv", timeout=300)
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "already exists" in again.stderr
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
@@ -89,7 +89,7 @@ def test_init_never_overwrites_and_refuses_bad_names(tmp_path):
         ("json", "standard library"),
         ("tracerl", "reserved"),
     ]:
-        out = _tracerl(tmp_path, "init", bad, timeout=60)
+        out = _tracerl(tmp_path, "init", bad, timeout=300)
         assert out.returncode == 2, (bad, out.stdout, out.stderr)
         assert out.stderr.startswith("error: ") and why in out.stderr, out.stderr
         assert out.stderr.strip().count("\n") == 0, out.stderr

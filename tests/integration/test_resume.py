@@ -81,7 +81,7 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_exits_cleanly(tmp_pat
     while not first.exists() and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out
     assert "stopped by a signal" in out
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -100,7 +100,7 @@ def test_resume_before_any_checkpoint_redoes_the_steps_without_duplicates(tmp_pa
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
     before = _ids(run)
     resumed = _train(tmp_path, "trainer.checkpoint_every=100", "--resume")
-    out, _ = resumed.communicate(timeout=300)
+    out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out
     after = _ids(run)
     assert not [i for i, n in Counter(after).items() if n > 1] and set(before) <= set(after)

@@ -262,9 +262,29 @@ def test_a_lora_update_is_what_the_server_samples_next(tmp_path):
         assert (tmp_path / "adapters" / "v4" / "adapter_model.safetensors").is_file()
 
 
-def test_a_lora_run_samples_each_step_with_that_steps_adapter(tmp_path):
-    cfg = _config(tmp_path, "trainer.steps=3", "model.lora={r: 8}")
-    train(cfg, log=lambda line: None)
+@pytest.fixture(scope="module")
+def lora_ray_run(tmp_path_factory) -> RunConfig:
+    """A LoRA run whose episodes a Ray worker samples from the run's vLLM server: what two
+    tests read (one server start, not one each)."""
+    import ray
+
+    cfg = _config(
+        tmp_path_factory.mktemp("lora-ray"),
+        "trainer.steps=3",
+        "model.lora={r: 8}",
+        "trainer.rollout.backend=ray",
+        "trainer.rollout.workers=1",
+        "trainer.rollout.worker_cpus=0.5",
+    )
+    try:
+        train(cfg, log=lambda line: None)
+    finally:
+        ray.shutdown()
+    return cfg
+
+
+def test_a_lora_run_samples_each_step_with_that_steps_adapter(lora_ray_run):
+    cfg = lora_ray_run
     for step in range(3):
         episodes = done_episodes(cfg.run_dir, step)
         assert len(episodes) == 4
@@ -348,10 +368,10 @@ def test_a_trainer_killed_with_sigkill_leaves_no_server(tmp_path):
     )
     try:
         pidfile, episodes = run_dir / "engine" / "vllm.pid", run_dir / "episodes"
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900
         while not (episodes.is_dir() and any(episodes.iterdir())):  # training: server up
             assert trainer.poll() is None, "the trainer ended early"
-            assert time.monotonic() < deadline, "no training step within 300 s"
+            assert time.monotonic() < deadline, "no training step within 900 s"
             time.sleep(0.5)
         server = int(pidfile.read_text())
         assert group_alive(server)
@@ -366,28 +386,16 @@ def test_a_trainer_killed_with_sigkill_leaves_no_server(tmp_path):
             trainer.kill()
 
 
-def test_ray_workers_sample_from_the_vllm_server(tmp_path):
-    import ray
-
-    cfg = _config(
-        tmp_path,
-        "trainer.steps=2",
-        "trainer.rollout.backend=ray",
-        "trainer.rollout.workers=1",
-        "trainer.rollout.worker_cpus=0.5",
-    )
-    try:
-        train(cfg, log=lambda line: None)
-    finally:
-        ray.shutdown()
+def test_ray_workers_sample_from_the_vllm_server(lora_ray_run):
+    cfg = lora_ray_run
     written = list(read_run_trajectories(cfg.run_dir))
-    assert len(written) == 8
+    assert len(written) == 3 * 4
     for path, t in written:
         assert t.receipt["worker"]["backend"] == "ray"
         step = int(path.name.split("_")[1].split(".")[0])
         assert {s.policy_version for s in t.policy_segments()} == {step}
     rows = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["time/weight_sync_s"] > 0 for r in rows if r["phase"] == "train"] == [True] * 2
+    assert [r["time/weight_sync_s"] > 0 for r in rows if r["phase"] == "train"] == [True] * 3
 
 
 def test_eval_and_readiness_sample_on_the_vllm_server(tmp_path, monkeypatch):

@@ -39,9 +39,9 @@ def test_error_results_bad_arguments_timeouts_and_huge_results(store, tiny):
     ]
     budgets = Budgets(steps=8, tool_calls=8)
     cfg_episode = play(env, tiny.renderer, texts, budgets=budgets)
-    broken, bad, big = tool_calls(cfg_episode)
+    broken, bad, big, slow = tool_calls(cfg_episode)  # the step that gave up has its call
     attempts = cfg_episode.steps[3]["attempts"]
-    slow = attempts[-1]["calls"][0]
+    assert slow == attempts[-1]["calls"][0]  # the last attempt's, with its fault
     # isError: an ordinary observation, nobody's fault
     assert broken["result"]["is_error"] and broken["result"]["error"] is None
     assert "failed on purpose" in broken["result"]["content"] and not broken["policy_error"]
@@ -53,6 +53,9 @@ def test_error_results_bad_arguments_timeouts_and_huge_results(store, tiny):
     # a timeout: the environment's, retried (a read), then the episode is not the policy's
     assert slow["result"]["error"]["kind"] == "timeout" and slow["infra_error"]
     assert len(attempts) == 3  # a read that timed out is retried (twice, by default)
+    # the receipt names the fault, not only the retries
+    assert "tool 'slow': timeout" in cfg_episode.receipt.error
+    assert "after 3 attempts" in cfg_episode.receipt.error
     assert cfg_episode.stop_reason.value == "infra_failure"
     assert cfg_episode.attribution.value == "environment" and not cfg_episode.gradient_eligible
 
@@ -76,6 +79,8 @@ def test_a_server_killed_mid_episode_is_the_environments_failure(store, tmp_path
     assert step["infra_error"] and not step["policy_error"]
     failure = step["attempts"][-1]["calls"][0]["result"]["error"]
     assert failure["attribution"] == "environment" and "MCP server 'kv'" in failure["message"]
+    assert step["calls"][0]["result"]["error"] == failure  # on the step's call, not only retries
+    assert "tool 'get'" in episode.receipt.error and "MCP server 'kv'" in episode.receipt.error
 
 
 def test_a_server_that_will_not_start_fails_the_episode_as_infrastructure(store, tmp_path, tiny):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,12 +39,45 @@ def _processes(uid: int) -> int:
 
 
 def _settled(r) -> int:
-    """Processes the sandbox's uid has left once the kernel has reaped its namespace."""
-    for _ in range(50):
+    """Processes the sandbox's uid has left once the kernel has reaped its namespace (a
+    bound far from what a busy machine needs: the reaping is not what is timed)."""
+    for _ in range(600):
         if _processes(r.uid) == 0:
             return 0
         time.sleep(0.1)
     return _processes(r.uid)
+
+
+def test_sandboxes_in_different_processes_never_share_a_uid():
+    """Two runs on one machine (two trainings, Ray workers) each run sandboxes: a uid one
+    process holds is never handed out by another, or one's fork bomb would exhaust the
+    other's process limit."""
+    from tracerl.envs.coderepair.sandbox import _lock_uid, _sandbox_uid
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDS_A_UID],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        theirs = int(holder.stdout.readline())
+        with _sandbox_uid() as mine, _sandbox_uid() as also_mine:
+            assert len({theirs, mine, also_mine}) == 3
+    finally:
+        holder.communicate("done\n", timeout=60)
+    freed = _lock_uid(theirs)  # the other process has ended: its uid is free again
+    assert isinstance(freed, int)
+    os.close(freed)
+
+
+HOLDS_A_UID = """
+import sys
+from tracerl.envs.coderepair.sandbox import _sandbox_uid
+with _sandbox_uid() as uid:
+    print(uid, flush=True)
+    sys.stdin.readline()
+"""
 
 
 def test_code_runs_on_a_copy_of_the_tree_and_reports_its_output(tree):

@@ -43,7 +43,7 @@ def eval_command(
     scored by its reward, into --out (a run directory `show`, `triage` and `report` read).
     Without: a model on held-out search questions (--corpus, --protocol, --split)."""
     from tracerl.report.progress import RichProgress
-    from tracerl.train.loop import refuse_existing_run
+    from tracerl.train.resume import refuse_existing_run
 
     if n is not None and n < 1:
         raise fail(f"--n must be at least 1, got {n}")

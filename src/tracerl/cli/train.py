@@ -35,15 +35,15 @@ def train(
     The config is checked first (environment, splits, reward, model spec): a mistake stops
     the command before any model loads or anything is written."""
     from tracerl.config import dump_config
-    from tracerl.train.loop import train as run_training
 
-    prepared = prepare_config(config, overrides)
+    prepared = prepare_config(config, overrides)  # before torch loads: a mistake in a second
     cfg = prepared.cfg
     if print_config:
         sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
     from tracerl.report.progress import RichProgress
     from tracerl.train.distributed import group
+    from tracerl.train.loop import train as run_training
     from tracerl.train.run import Run
 
     run = Run(prepared)  # what every rank builds, the same way

@@ -294,7 +294,29 @@ class _EpisodeRun:
             self.unknown_fault = True  # an env bug: nobody can say whose fault
         elif result is None:
             self.env_fault = True
+        if result is None:
+            self._gave_up(rec)
         return result
+
+    def _gave_up(self, rec: dict[str, Any]) -> None:
+        """The env step failed on every attempt (a tool server that crashed mid-call, an env
+        that raised): the step's calls are its last attempt's, each with its classified
+        fault, and the receipt's error names the first, so neither is found only by digging
+        through the retries."""
+        last = rec["attempts"][-1] if rec["attempts"] else {}
+        rec["calls"] = last.get("calls", [])
+        faults = [
+            (c["action"]["tool"], c["result"]["error"])
+            for c in rec["calls"]
+            if (c.get("result") or {}).get("error")
+        ]
+        if faults:
+            tool, f = faults[0]
+            error = f"tool {tool!r}: {f['kind']}: {f['message']}"
+        else:
+            error = f"env.step raised {last.get('exception', rec.get('exception', 'an error'))}"
+        tries = len(rec["attempts"])
+        self.error = self.error or (error + (f" (after {tries} attempts)" if tries > 1 else ""))
 
     def _merge(
         self, action: Action, result: StepResult, refused: list[CallOutcome]
