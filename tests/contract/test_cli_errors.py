@@ -38,10 +38,24 @@ def world(tmp_path_factory):
     (site / "typo.yaml").write_text(
         yaml.safe_dump({**BASE, "out_dir": str(runs)}) + "trainr:\n  steps: 2\n"
     )
+    (site / "faulty.py").write_text(FAULTY)
     good_row = {"id": "a", "split": "train", "value": 1.0, "from_unit": "km", "to_unit": "m"}
     write_rows(site / "rows.jsonl", [{**good_row, "expected": 1000.0}, {**good_row, "id": "b"}])
     return {"site": site, "runs": runs, "existing": existing}
 
+
+FAULTY = """
+from tracerl.envs.arithmetic import Arithmetic
+
+
+class ResetRaises(Arithmetic):
+    async def reset(self, task, seed):
+        raise ConnectionError("database at db:5432 unreachable")
+
+
+def says_yes(completion):
+    return "yes"
+"""
 
 # (command line, what the first line must say, what the second must say: None = no hint)
 CASES = {
@@ -135,6 +149,28 @@ CASES = {
         ],
         "cannot pass parameter(s) 'gold'",
         "give it a default",
+    ),
+    "an environment whose reset always raises": (
+        ["train", "good.yaml", "name=fresh", "env.name=faulty:ResetRaises", "env.kwargs={}"],
+        "env.name: environment 'faulty:ResetRaises' failed its first episode (task ",
+        "every episode would be the environment's",
+    ),
+    "a reward that returns a string": (
+        [
+            "train",
+            "good.yaml",
+            "name=fresh",
+            "env.name=arithmetic",
+            "env.kwargs={}",
+            "trainer.reward=faulty:says_yes",
+        ],
+        "trainer.reward: the reward could not score an episode",
+        "every episode would be the evaluator's",
+    ),
+    "eval of a config whose environment cannot reset": (
+        ["eval", "good.yaml", "env.name=faulty:ResetRaises", "env.kwargs={}", "--out", "RUNS/ev"],
+        "ConnectionError: database at db:5432 unreachable",
+        None,
     ),
     "resuming a run that is not there": (
         ["train", "good.yaml", "name=never-started", "--resume"],

@@ -310,12 +310,12 @@ from tracerl.envs.arithmetic import Arithmetic
 class KillsTheServer(Arithmetic):
     """Arithmetic that, at the `at`-th episode of the run, kills the vLLM server (SIGKILL)."""
 
-    def __init__(self, run_dir, at, **kwargs):
+    def __init__(self, run_dir, counter, at, **kwargs):
         super().__init__(**kwargs)
-        self.run_dir, self.at = Path(run_dir), at
+        self.run_dir, self.counter, self.at = Path(run_dir), Path(counter), at
 
     async def setup(self, task, seed):
-        counter = self.run_dir / "resets"
+        counter = self.counter  # outside the run's folder: the rehearsal's reset comes first
         with open(counter, "a") as f:
             f.write(".")
         if counter.stat().st_size == self.at:
@@ -332,8 +332,9 @@ def test_a_server_killed_mid_step_is_the_environments_failure_and_the_run_goes_o
     (tmp_path / "killer.py").write_text(KILLER)
     monkeypatch.syspath_prepend(str(tmp_path))
     run_dir = tmp_path / "runs" / "v"
-    # 2 baseline evaluation episodes, then 4 a step: the 8th is step 1's second
-    kwargs = json.dumps({"run_dir": str(run_dir), "at": 8})
+    # the rehearsal's reset (before the model loads), 2 baseline evaluation episodes, then 4
+    # a step: the 9th is step 1's second
+    kwargs = json.dumps({"run_dir": str(run_dir), "counter": str(tmp_path / "resets"), "at": 9})
     cfg = _config(tmp_path, "trainer.steps=3", "env.name=killer:KillsTheServer")
     cfg.env.kwargs = json.loads(kwargs)
     cfg.trainer.rollout.sampler_retries = 1

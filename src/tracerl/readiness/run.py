@@ -46,6 +46,7 @@ def readiness_from_config(
     k = t.group_size
     n_tasks = max(1, math.ceil(episodes / k)) if episodes else cfg.env.tasks_per_step
     tasks = run.tasks(0, n_tasks)
+    run.rehearse()  # an environment that cannot reset fails here, not in every episode
     run.policy  # noqa: B018  (the run's model loads first)
     other = run.policy_of(compare) if compare else None  # `compare` samples in process
     # model.engine: vllm samples on a vLLM server of its own, logged in a temporary folder

@@ -118,6 +118,7 @@ def evaluate_config(
     run = Run(dataclasses.replace(prepared, cfg=prepared.cfg.model_copy(update=update)))
     cfg = run.cfg
     bars = progress or QuietProgress(print)
+    run.rehearse()  # an environment that cannot reset fails here, not in every episode
     run.policy  # noqa: B018  (the model loads before anything is written)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg))

@@ -91,6 +91,7 @@ def train(
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume:
         refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
+    run.rehearse()  # one reset and one scoring, before the model loads and the run is written
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     run.policy  # noqa: B018  (the model loads before any sink opens)

@@ -81,6 +81,18 @@ class Run:
         """The run's reward (`tracerl.rewards.run_reward.RunReward`)."""
         return self.prepared.reward
 
+    def rehearse(self) -> None:
+        """One episode before the model loads or anything is written: the environment
+        resets on a training task and the reward scores an empty answer
+        (`tracerl.preflight.rehearsal`); a `ConfigError` if either would fail every
+        episode of the run."""
+        from tracerl.preflight.rehearsal import rehearse
+
+        cfg = self.cfg
+        task = self.probe.sample_tasks(1, seed=cfg.trainer.seed, split=cfg.env.train_split)[0]
+        key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
+        rehearse(cfg, task, self.reward, reward_key=key)
+
     # -- the model and the policy -----------------------------------------------------
 
     @cached_property

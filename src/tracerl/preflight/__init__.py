@@ -8,6 +8,10 @@ adversarial evaluation on an environment without that split, a warm start on an 
 without a reference agent. It returns the config with the environment's split defaults
 filled in, and the objects the run uses.
 
+`tracerl.preflight.rehearsal` is the second check, run once the cheaper ones (a run that
+exists, a resume with another config) have passed and before the model loads: one episode
+played the way the run will play them (`Run.rehearse`).
+
 `tracerl train`, `readiness` and `eval` call it first: a mistake costs seconds, not a
 baseline evaluation, and nothing is written to the run directory.
 """
