@@ -52,7 +52,7 @@ def test_sandboxes_in_different_processes_never_share_a_uid():
     """Two runs on one machine (two trainings, Ray workers) each run sandboxes: a uid one
     process holds is never handed out by another, or one's fork bomb would exhaust the
     other's process limit."""
-    from tracerl.envs.coderepair.sandbox import _lock_uid, _sandbox_uid
+    from tracerl.envs.coderepair.uids import lock_uid, sandbox_uid
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDS_A_UID],
@@ -62,19 +62,19 @@ def test_sandboxes_in_different_processes_never_share_a_uid():
     )
     try:
         theirs = int(holder.stdout.readline())
-        with _sandbox_uid() as mine, _sandbox_uid() as also_mine:
+        with sandbox_uid() as mine, sandbox_uid() as also_mine:
             assert len({theirs, mine, also_mine}) == 3
     finally:
         holder.communicate("done\n", timeout=60)
-    freed = _lock_uid(theirs)  # the other process has ended: its uid is free again
+    freed = lock_uid(theirs)  # the other process has ended: its uid is free again
     assert isinstance(freed, int)
     os.close(freed)
 
 
 HOLDS_A_UID = """
 import sys
-from tracerl.envs.coderepair.sandbox import _sandbox_uid
-with _sandbox_uid() as uid:
+from tracerl.envs.coderepair.uids import sandbox_uid
+with sandbox_uid() as uid:
     print(uid, flush=True)
     sys.stdin.readline()
 """

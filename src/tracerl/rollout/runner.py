@@ -35,7 +35,7 @@ from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
-from tracerl.rollout.steps import observation, step_with_retries
+from tracerl.rollout.steps import gave_up, observation, step_with_retries
 from tracerl.rollout.turns import budget_stop, turn_request
 from tracerl.types import Attribution, Fault, FaultKind, StopReason
 
@@ -294,29 +294,9 @@ class _EpisodeRun:
             self.unknown_fault = True  # an env bug: nobody can say whose fault
         elif result is None:
             self.env_fault = True
-        if result is None:
-            self._gave_up(rec)
+        if result is None:  # the step's calls are its last attempt's; the receipt names why
+            self.error = self.error or gave_up(rec)
         return result
-
-    def _gave_up(self, rec: dict[str, Any]) -> None:
-        """The env step failed on every attempt (a tool server that crashed mid-call, an env
-        that raised): the step's calls are its last attempt's, each with its classified
-        fault, and the receipt's error names the first, so neither is found only by digging
-        through the retries."""
-        last = rec["attempts"][-1] if rec["attempts"] else {}
-        rec["calls"] = last.get("calls", [])
-        faults = [
-            (c["action"]["tool"], c["result"]["error"])
-            for c in rec["calls"]
-            if (c.get("result") or {}).get("error")
-        ]
-        if faults:
-            tool, f = faults[0]
-            error = f"tool {tool!r}: {f['kind']}: {f['message']}"
-        else:
-            error = f"env.step raised {last.get('exception', rec.get('exception', 'an error'))}"
-        tries = len(rec["attempts"])
-        self.error = self.error or (error + (f" (after {tries} attempts)" if tries > 1 else ""))
 
     def _merge(
         self, action: Action, result: StepResult, refused: list[CallOutcome]

@@ -76,6 +76,27 @@ async def step_with_retries(
     return done(None)
 
 
+def gave_up(rec: dict[str, Any]) -> str:
+    """For a step that failed on every attempt (a tool server that crashed mid-call, an env
+    that raised): its calls become its last attempt's, each with its classified fault, and
+    the return value is the episode's error naming the first, so neither is found only by
+    digging through the retries."""
+    last = rec["attempts"][-1] if rec["attempts"] else {}
+    rec["calls"] = last.get("calls", [])
+    faults = [
+        (c["action"]["tool"], c["result"]["error"])
+        for c in rec["calls"]
+        if (c.get("result") or {}).get("error")
+    ]
+    if faults:
+        tool, f = faults[0]
+        error = f"tool {tool!r}: {f['kind']}: {f['message']}"
+    else:
+        error = f"env.step raised {last.get('exception', rec.get('exception', 'an error'))}"
+    tries = len(rec["attempts"])
+    return error + (f" (after {tries} attempts)" if tries > 1 else "")
+
+
 def _hard_infra(o: CallOutcome) -> bool:
     """The call failed for infrastructure reasons and produced no usable output."""
     f = o.fault
