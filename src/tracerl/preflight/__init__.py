@@ -52,6 +52,11 @@ def _fail(key: str, e: Exception, hint: str | None = None) -> ConfigError:
     return ConfigError(where + message, hint or getattr(e, "hint", None))
 
 
+def reward_key(cfg: RunConfig) -> str:
+    """The config key an error about the run's reward names."""
+    return "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
+
+
 def check_model(spec: str) -> None:
     from tracerl.models.loading import check_spec
 
@@ -244,7 +249,7 @@ def prepare(cfg: RunConfig) -> Prepared:
         from tracerl.engines.vllm import find_vllm_python
 
         find_vllm_python(cfg.model.vllm.python)
-    key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
+    key = reward_key(cfg)
     try:
         reward = resolve_reward(
             cfg.trainer.reward, cfg.trainer.reward_components, probe, env_name=cfg.env.name

@@ -86,12 +86,12 @@ class Run:
         resets on a training task and the reward scores an empty answer
         (`tracerl.preflight.rehearsal`); a `ConfigError` if either would fail every
         episode of the run."""
+        from tracerl.preflight import reward_key
         from tracerl.preflight.rehearsal import rehearse
 
         cfg = self.cfg
         task = self.probe.sample_tasks(1, seed=cfg.trainer.seed, split=cfg.env.train_split)[0]
-        key = "trainer.reward_components" if cfg.trainer.reward_components else "trainer.reward"
-        rehearse(cfg, task, self.reward, reward_key=key)
+        rehearse(cfg, task, self.reward, reward_key=reward_key(cfg))
 
     # -- the model and the policy -----------------------------------------------------
 
