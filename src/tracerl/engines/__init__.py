@@ -81,6 +81,7 @@ class VLLMEngine:
             # sync training alternates sampling and learning: sampling gets every core
             threads=v.threads or len(os.sched_getaffinity(0)),
             start_timeout_s=v.start_timeout_s,
+            executor=v.executor,
             lora_rank=cfg.model.lora.r if self.lora else None,
             seed=cfg.trainer.seed,
             extra_args=tuple(v.extra_args),

