@@ -50,3 +50,25 @@ class PlainEnv(Env):
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
         return [{"id": f"plain-{i}"} for i in range(n)]
+
+
+class NotesTasks(ToolEnv):
+    """Tasks for the notes server (tests/notes_server.py): store a code in your notes. The
+    reward reads the server's final state (its ``final_state`` calls, in the receipt): the
+    episode succeeded when the code is in the database the episode wrote to."""
+
+    name = "notes_tasks"
+    version = "1"
+    splits = ("train",)
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": f"Store the code {task['code']} in your notes."}]
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [{"id": "remember", "code": "4711", "effect": "write"} for _ in range(n)]
+
+    def reward(self, ctx: Any) -> float:
+        import json
+
+        state = json.loads(ctx.final_state["notes"]["dump"])
+        return 1.0 if ctx.task["code"] in state["notes"] else 0.0

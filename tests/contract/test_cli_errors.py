@@ -4,6 +4,7 @@ existing run directory."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,19 @@ class ResetRaises(Arithmetic):
 
 def says_yes(completion):
     return "yes"
+
+
+class LosesItsDatabase(Arithmetic):
+    # answers its first reset (the rehearsal's, before the model loads), then its
+    # database is gone for good
+
+    resets = 0
+
+    async def reset(self, task, seed):
+        type(self).resets += 1
+        if type(self).resets > 1:
+            raise ConnectionError("database at db:5432 went away")
+        return await super().reset(task, seed)
 """
 
 # (command line, what the first line must say, what the second must say: None = no hint)
@@ -311,3 +325,52 @@ def test_help_lists_every_command_in_whole_sentences_and_the_readme_names_them()
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for name in commands:
         assert f"`{name}" in readme, f"README.md does not mention `tracerl {name}`"
+
+
+# Mistakes that show only once the run is going: the same two lines and exit 2, and what was
+# written before stays (metrics, episodes, a checkpoint), so --resume continues from there.
+MID_RUN = {
+    "every episode of K steps in a row is the environment's": (
+        [
+            "train",
+            "good.yaml",
+            "name=dead-env",
+            "model.spec=tiny-random",
+            "env.name=faulty:LosesItsDatabase",
+            "env.kwargs={}",
+            "trainer.steps=8",
+            "trainer.group_size=2",
+            "env.tasks_per_step=2",
+            "env.eval_tasks=2",
+            "rollout.max_turn_tokens=8",
+            "trainer.stop_unlearnable_steps=2",
+        ],
+        "nothing can be learned: every episode of steps 0-1 was the environment's failure "
+        "(8 of 8: reset failed: ConnectionError: database at db:5432 went away)",
+        "then continue with --resume",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MID_RUN))
+def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp_path):
+    args, first, second = MID_RUN[case]
+    r = _tracerl(args, world["site"], tmp_path)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    assert len(lines) == 2, r.stderr
+    assert lines[0].startswith("error: ") and first in lines[0], lines
+    assert second in lines[1], lines
+    run = world["runs"] / "dead-env"
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps if m["phase"] == "train"] == [0, 1]  # then it stopped
+    assert len(list((run / "episodes").glob("step_*"))) == 2  # both steps written
+    before = _tree(run)
+    resumed = _tracerl([*args, "--resume"], world["site"], tmp_path)
+    assert resumed.returncode == 2 and "steps 2-3" in resumed.stderr, resumed.stderr
+    after = _tree(run)
+    written = [k for k in before if k.startswith("episodes/")]
+    assert len(written) == 2 and all(after[k] == before[k] for k in written)  # kept as they were
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps if m["phase"] == "train"] == [0, 1, 2, 3]

@@ -104,6 +104,45 @@ def test_dense_retrieval_finds_documents_by_meaning(tmp_path, monkeypatch):
     assert result.ok and doc.id in result.content
 
 
+def test_a_first_episode_on_an_empty_cache_builds_its_index_before_its_clock_starts(
+    tmp_path, monkeypatch, tiny
+):
+    """An empty cache, a machine kept busy by a CPU-bound competitor, and an index build
+    made slower than the episode's whole wall-time budget: the episode still answers within
+    its budget, since set-up (`Env.prepare`) runs before its clock starts."""
+    pytest.importorskip("faiss")
+    import subprocess
+    import sys
+    import time
+
+    from tracerl.envs.search import env as search_env
+
+    monkeypatch.setenv("TRACERL_CACHE", str(tmp_path))  # nothing built, nothing cached
+    monkeypatch.setattr(search_env, "_INDEXES", {})
+    build, built = search_env.dense, []
+
+    def slow(corpus):
+        index = build(corpus)
+        if not built:  # the first build only (later calls find it in the process's cache)
+            built.append(index)
+            time.sleep(4)  # longer than the episode's whole budget
+        return index
+
+    monkeypatch.setattr(search_env, "dense", slow)
+    task = task_sets.sample("synthetic", "heldout", 1, seed=3)[0]
+    cfg = RolloutConfig(budgets=Budgets(steps=6, wall_time_s=3.0), reserve=None)
+    env = make("search", corpus="synthetic", retriever="dense")
+    competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        ep = asyncio.run(run_episode(env, task, _oracle(tiny, env, task), cfg))
+    finally:
+        competitor.kill()
+        competitor.wait()
+    assert ep.stop_reason.value == "answered" and ep.gradient_eligible, ep.receipt.error
+    corpus = load_corpus("synthetic")
+    assert search_env._INDEXES[f"dense:{corpus.sha256}"].origin == "built"
+
+
 def test_every_way_the_retriever_can_fail_is_an_infra_error():
     """A fake server that drops connections, cuts answers, and sends nonsense."""
     import http.server

@@ -120,7 +120,8 @@ def test_a_config_overrides_annotations_because_servers_lie(store, tiny):
 @pytest.mark.parametrize(
     "server, problem",
     [
-        ({"annotations": {"gett": {"readOnlyHint": True}}}, "does not offer"),
+        ({"annotations": {"gett": {"readOnlyHint": True}}}, "match no tool of the server"),
+        ({"inject": {"get": {"tenant": "t"}}}, "no such property"),
         ({"dry_run": {"delete": "tool:nope"}}, "no tool 'nope'"),
         ({"dry_run": {"put": "argument:dry_run"}}, "no boolean argument"),
         ({"dry_run": {"get": "refuse"}}, "not write tools"),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from tracerl.config.base import _Config
 from tracerl.envs.mcp.config import McpServer
@@ -12,14 +12,24 @@ from tracerl.envs.mcp.config import McpServer
 
 class EnvConfig(_Config):
     name: str = "search"
-    """The environment: a built-in (search, arithmetic, coderepair, refund_desk), an installed
-    package's entry point (group ``tracerl.envs``), or an import path ``package.module:Class``."""
+    """The environment: a built-in (search, arithmetic, coderepair, refund_desk, reasoning_gym),
+    an installed package's entry point (group ``tracerl.envs``), or an import path
+    ``package.module:Class``."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to `make(name, **kwargs)` (e.g. corpus, protocol)."""
     mcp: list[McpServer] = Field(default_factory=list)
     """MCP servers whose tools the environment (a ToolEnv) offers besides its own: each a
     ``command`` tracerl starts (stdio) or a ``url`` (streamable HTTP). Read-only tools run;
     the others are writes, budgeted and dry-run (docs/mcp.md, the ``mcp`` extra)."""
+    side_effect_guard: Literal["dry_run", "off"] | None = None
+    """What write tools do: ``dry_run`` (simulated: the intended effect is recorded, nothing
+    changes) or ``off`` (writes run for real on tasks that allow them: a task's
+    ``allow_real_writes``, or `allow_real_writes` here). None: the environment's own
+    default (``dry_run`` for tracerl's). An unquoted ``off`` (which YAML reads as false) is
+    ``off``."""
+    allow_real_writes: bool = False
+    """With ``side_effect_guard: off``: every task may write for real (an isolated tenant,
+    a per-episode server), not only those that set ``allow_real_writes`` themselves."""
     parser: str | None = None
     """The action parser; None picks the model family's default."""
     tasks_per_step: int = Field(4, ge=1)
@@ -39,3 +49,45 @@ class EnvConfig(_Config):
     adversarial_eval_tasks: int = Field(0, ge=0)
     """Also evaluate this many tasks of the ``adversarial`` split (search: look-alike, dead
     link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""
+
+    @field_validator("side_effect_guard", mode="before")
+    @classmethod
+    def _guard(cls, v: Any) -> Any:
+        from tracerl.envs.base import guard_value
+
+        return None if v is None else guard_value(v, "env.side_effect_guard")
+
+    @model_validator(mode="after")
+    def _real_writes(self) -> EnvConfig:
+        given = self.kwargs.get("side_effect_guard")
+        if given is not None and self.side_effect_guard is not None:
+            from tracerl.envs.base import guard_value
+
+            if guard_value(given, "env.kwargs.side_effect_guard") != self.side_effect_guard:
+                raise ValueError(
+                    f"env.side_effect_guard is {self.side_effect_guard!r} but "
+                    f"env.kwargs.side_effect_guard is {given!r}: set it once "
+                    "(env.side_effect_guard)"
+                )
+        guard = self.side_effect_guard or given
+        if self.allow_real_writes and guard not in ("off", False):
+            raise ValueError(
+                "env.allow_real_writes: true needs env.side_effect_guard: off (with the guard "
+                "on, every write is a dry run whatever the tasks allow)"
+            )
+        return self
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """The environment's arguments: `kwargs`, with `side_effect_guard` when it is set."""
+        if self.side_effect_guard is None:
+            return dict(self.kwargs)
+        return {**self.kwargs, "side_effect_guard": self.side_effect_guard}
+
+    def factory(self) -> Any:
+        """A fresh environment per episode (`tracerl.envs.registry.EnvFactory`: picklable,
+        Ray workers build it too), as this section configures it."""
+        from tracerl.envs.registry import env_factory
+
+        return env_factory(
+            self.name, self.env_kwargs(), self.mcp, real_writes=self.allow_real_writes
+        )

@@ -179,6 +179,11 @@ class TrainerConfig(_Config):
     timeout_reward_cap: float = 0.0
     """With ``timeouts: grade``: a timed-out episode's reward is at most this (ignored with
     ``exclude``)."""
+    stop_unlearnable_steps: int | None = Field(3, ge=1)
+    """Stop the run (exit 2, checkpoint written, resumable) when every episode of this many
+    consecutive steps was ineligible for the same owner: the environment's (outages, a
+    reset that raises) or the evaluator's (a reward that crashes or returns no number).
+    Such steps teach nothing (`tracerl.train.futility`). None: never stop."""
     rollout: RolloutBackendConfig = Field(default_factory=lambda: RolloutBackendConfig())
     """Where episodes run: in this process (default) or in Ray rollout workers."""
 

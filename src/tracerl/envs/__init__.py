@@ -25,10 +25,17 @@ def _coderepair_env(**kwargs):
     return CodeRepair(**kwargs)
 
 
+def _reasoning_gym_env(**kwargs):  # imported on use: reasoning-gym is an optional extra
+    from tracerl.envs.adapters.reasoning_gym import ReasoningGym
+
+    return ReasoningGym(**kwargs)
+
+
 register("refund_desk", RefundDesk)
 register("coderepair", _coderepair_env)
 register("arithmetic", Arithmetic)
 register("search", _search_env)
+register("reasoning_gym", _reasoning_gym_env)
 
 __all__ = [
     "PARSERS",

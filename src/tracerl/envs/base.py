@@ -124,6 +124,10 @@ class Env(ABC):
     version: ClassVar[str] = ""
     tools: ToolSet = ToolSet(())
     side_effect_guard: str = "dry_run"
+    allow_real_writes: bool = False
+    """Every task may write for real when the guard is off (``env.allow_real_writes``)."""
+    episode_id: str | None = None
+    """Set by the runner before `reset`: the episode's id (an MCP server's ``${episode_id}``)."""
     splits: tuple[str, ...] | None = None
     """The split names `sample_tasks` accepts, the training split first (an instance may set
     its own: which splits exist can depend on its arguments). None: undeclared; a config's
@@ -144,6 +148,18 @@ class Env(ABC):
 
     async def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release resources (sandboxes, connections). The runner always calls it."""
+
+    def prepare(self) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Set-up that belongs before any episode, never inside one's time budget: an index
+        built or loaded, a corpus read, a model or service started. The runner calls it
+        before each episode's clock starts (on a thread), so it must be cheap once done:
+        keep what it builds per process (a module-level cache), not on the instance."""
+
+    async def final_state(self) -> dict[str, Any] | None:
+        """The world as the episode left it, read after its last step and before `close`
+        (the receipt's ``final_state``, a reward's ``ctx.final_state``). Default: none. It
+        must change nothing; raising makes the episode the environment's failure."""
+        return None
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.tools.schemas()
@@ -180,11 +196,7 @@ class ToolEnv(Env):
     """
 
     def __init__(self, *, side_effect_guard: str = "dry_run") -> None:
-        if side_effect_guard not in GUARDS:
-            raise ValueError(
-                f"{type(self).__name__}: side_effect_guard must be one of {GUARDS}, "
-                f"got {side_effect_guard!r}"
-            )
+        side_effect_guard = guard_value(side_effect_guard, f"{type(self).__name__}")
         self.side_effect_guard = side_effect_guard
         cls = type(self)
         names = sorted(n for n in dir(cls) if isinstance(getattr(cls, n, None), Tool))
@@ -202,14 +214,17 @@ class ToolEnv(Env):
         self.task, self.rng, self.done = task, random.Random(seed), False
         self.answer: dict[str, Any] | None = None
         if getattr(self, "toolboxes", None):  # (an __init__ that skipped super's has none)
+            episode = EpisodeContext(self.episode_id or f"{task['id']}:s{seed}", seed, task)
             for box in self.toolboxes:
-                await box.start()  # an MCP server that will not start: reset fails (infra)
+                # an MCP server that will not start: reset fails (infra)
+                await (box.start(episode) if _takes_episode(box) else box.start())
             self._offer()  # the episode's listing versions its tools
         return await self.setup(task, seed)
 
     def use(self, box: Any) -> None:
         """Offer `box`'s tools besides this env's own: anything with ``tools()``,
-        ``async start()``, ``async stop()`` and ``identity()`` (`McpTools`). Names must not
+        ``async start(episode)`` (an `EpisodeContext`; or ``start()``), ``async stop()`` and
+        ``identity()``, and optionally ``async final_state()`` (`McpTools`). Names must not
         clash (an MCP server's can take a ``prefix``)."""
         self.toolboxes.append(box)
         self._offer()
@@ -228,6 +243,17 @@ class ToolEnv(Env):
     def services(self) -> list[dict[str, Any]]:
         return [box.identity() for box in getattr(self, "toolboxes", ())]
 
+    async def final_state(self) -> dict[str, Any] | None:
+        """What each toolbox reads when the episode ends (an MCP server's ``final_state``
+        calls), by toolbox; None when none reads anything."""
+        out = {}
+        for box in getattr(self, "toolboxes", ()):
+            read = getattr(box, "final_state", None)
+            state = await read() if read is not None else None
+            if state is not None:
+                out[getattr(getattr(box, "server", None), "name", type(box).__name__)] = state
+        return out or None
+
     @abstractmethod
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]: ...
 
@@ -235,7 +261,8 @@ class ToolEnv(Env):
     def real_writes(self) -> bool:
         """Writes change real state only with the guard off *and* the task's explicit
         allowance (an isolated tenant); otherwise every write tool runs as a dry run."""
-        return self.side_effect_guard == "off" and bool(self.task.get("allow_real_writes"))
+        allowed = self.allow_real_writes or bool(self.task.get("allow_real_writes"))
+        return self.side_effect_guard == "off" and allowed
 
     async def step(self, action: Action) -> StepResult:
         if action.error is not None:
@@ -279,6 +306,40 @@ class ToolEnv(Env):
         """A final answer ends the episode; subclasses may record or check it."""
         self.done = True
         return StepResult([], terminated=True, info={"answer": action.answer})
+
+
+def guard_value(value: Any, where: str) -> str:
+    """A side-effect guard setting as one of `GUARDS`. YAML 1.1 reads an unquoted ``off``
+    (and ``no``, ``false``) as false: that is ``off``."""
+    if value is False:
+        return "off"
+    if isinstance(value, str) and value in GUARDS:
+        return value
+    why = " (YAML reads an unquoted on, yes or true as true)" if value is True else ""
+    raise ValueError(
+        f"{where}: side_effect_guard {value!r} is not a guard{why}; use 'dry_run' (writes "
+        "are simulated, their intended effect recorded: the default) or 'off' (writes run "
+        "for real on tasks that allow them)"
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What a toolbox learns of the episode it starts for (`ToolEnv.use`)."""
+
+    episode_id: str
+    seed: int
+    task: dict[str, Any]
+
+
+def _takes_episode(box: Any) -> bool:
+    """Whether ``box.start`` takes the episode (`McpTools` does; an older toolbox may not)."""
+    import inspect
+
+    try:
+        return bool(inspect.signature(box.start).parameters)
+    except (TypeError, ValueError):
+        return False
 
 
 async def release_toolboxes(env: Env) -> None:

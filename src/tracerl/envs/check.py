@@ -38,6 +38,7 @@ from tracerl.envs.registry import make
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _NOTE = "note: "  # a check that passed and says how
+_WARN = "warning: "  # a check that passed with something the user should act on
 
 
 class EnvCheckError(AssertionError):
@@ -49,6 +50,7 @@ class CheckReport:
     env: str
     passed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,6 +59,7 @@ class CheckReport:
     def __str__(self) -> str:
         lines = [f"check_env({self.env}): {'ok' if self.ok else 'FAILED'}"]
         lines += [f"  ok    {p}" for p in self.passed]
+        lines += [f"  WARN  {w}" for w in self.warnings]
         lines += [f"  FAIL  {f}" for f in self.failed]
         return "\n".join(lines)
 
@@ -103,6 +106,11 @@ def run_env_checks(
             problem = asyncio.run(check(factory, renderer, seed))
         except Exception as e:  # a crashing env fails the check, with its error
             problem = f"raised {type(e).__name__}: {e}"
+        if problem and problem.startswith(_WARN):  # passed: "warning: W; note: N"
+            warning, _, note = problem.removeprefix(_WARN).partition("; " + _NOTE)
+            report.passed.append(f"{label}: {note}" if note else label)
+            report.warnings.append(f"{label}: {warning}")
+            continue
         if problem and problem.startswith(_NOTE):  # passed, with something to say
             report.passed.append(f"{label}: {problem.removeprefix(_NOTE)}")
             continue

@@ -81,6 +81,7 @@ class FaultInjector(Env):
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
         self.rng = random.Random(f"{self.seed}:{seed}")
         self._steps, self._task_id = 0, task.get("id")
+        self.env.episode_id = self.episode_id
         return await self.env.reset(task, seed)
 
     async def step(self, action: Action) -> StepResult:
@@ -158,6 +159,12 @@ class FaultInjector(Env):
 
     async def close(self) -> None:
         await self.env.close()
+
+    async def final_state(self) -> dict[str, Any] | None:
+        return await self.env.final_state()
+
+    def prepare(self) -> None:
+        self.env.prepare()
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
         return self.env.sample_tasks(n, seed=seed, split=split)

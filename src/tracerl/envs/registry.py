@@ -103,11 +103,19 @@ def make(name: str, **kwargs: Any) -> Env:
 
 
 def make_with(
-    name: str, kwargs: dict[str, Any], mcp: Sequence[Any] = (), cwd: str | None = None
+    name: str,
+    kwargs: dict[str, Any],
+    mcp: Sequence[Any] = (),
+    cwd: str | None = None,
+    real_writes: bool = False,
 ) -> Env:
     """`make(name, **kwargs)`, offering the tools of the MCP servers `mcp` too (a config's
-    ``env.mcp``: `tracerl.envs.mcp.attach`), their relative commands run from `cwd`."""
+    ``env.mcp``: `tracerl.envs.mcp.attach`), their relative commands run from `cwd`; with
+    `real_writes`, every task may write for real when the guard is off."""
     env = make(name, **kwargs)
+    if real_writes:
+        env.allow_real_writes = True
+        env.spec["allow_real_writes"] = True  # type: ignore[attr-defined]
     if mcp:
         from tracerl.envs.mcp import attach
 
@@ -144,15 +152,21 @@ class EnvFactory:
     cwd: str | None = None
     mcp: tuple[dict[str, Any], ...] = ()
     """MCP servers whose tools the env offers too (`make_with`), as config dicts."""
+    real_writes: bool = False
+    """Every task may write for real when the guard is off (``env.allow_real_writes``)."""
 
     def __call__(self) -> Env:
         if self.cwd:
             search_directory(self.cwd)
-        return make_with(self.name, self.kwargs, self.mcp, self.cwd)
+        return make_with(self.name, self.kwargs, self.mcp, self.cwd, self.real_writes)
 
 
 def env_factory(
-    name: str, kwargs: dict[str, Any] | None = None, mcp: Sequence[Any] = ()
+    name: str,
+    kwargs: dict[str, Any] | None = None,
+    mcp: Sequence[Any] = (),
+    *,
+    real_writes: bool = False,
 ) -> EnvFactory:
     servers = tuple(s if isinstance(s, dict) else s.model_dump(mode="json") for s in mcp)
-    return EnvFactory(name, dict(kwargs or {}), os.getcwd(), servers)
+    return EnvFactory(name, dict(kwargs or {}), os.getcwd(), servers, real_writes)

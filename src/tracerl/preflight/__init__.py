@@ -197,7 +197,7 @@ def prepare(cfg: RunConfig) -> Prepared:
                 f"{', '.join(sorted(PARSERS))}",
                 "or leave it unset: the model family's default",
             )
-    spec, probe = build_probe(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)
+    spec, probe = build_probe(cfg.env.name, cfg.env.env_kwargs(), cfg.env.mcp)
     declared = env_splits(probe)
     train, evaluation = default_splits(declared)
     env_cfg = cfg.env.model_copy(

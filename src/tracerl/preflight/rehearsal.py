@@ -19,7 +19,6 @@ from typing import Any
 
 from tracerl.config import ConfigError
 from tracerl.envs.parsers import get_parser
-from tracerl.envs.registry import env_factory
 from tracerl.rewards.run_reward import RunReward
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.episode import Policy
@@ -44,7 +43,7 @@ def rehearse(
     answer = parser.format_answer("")
     sampler = ScriptedSampler.from_texts(renderer, lambda request: answer, logprob=0.0)
     policy = Policy(sampler, renderer, parser, "preflight")
-    env = env_factory(cfg.env.name, cfg.env.kwargs, cfg.env.mcp)()
+    env = cfg.env.factory()()
     rollout = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=64, reserve=None)
     episode = asyncio.run(
         run_episode(env, task, policy, rollout, seed=cfg.trainer.seed, episode_id=REHEARSAL_ID)

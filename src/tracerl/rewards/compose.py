@@ -80,6 +80,9 @@ class RewardContext:
     judges: Any = None
     """The run's judges (`tracerl.rewards.judge.component.JudgeSet`: their memory and
     budgets are the run's); None: the process's own."""
+    final_state: dict[str, Any] = field(default_factory=dict)
+    """The world when the episode ended, read before the environment closed (the
+    receipt's ``final_state``: for an MCP server, ``{server: {key: result text}}``)."""
 
     @property
     def scoped_steps(self) -> list[dict[str, Any]]:
@@ -123,6 +126,7 @@ class RewardContext:
             lookup=lookup,
             ledger=receipt.get("ledger", {}),
             trajectories=tuple(trajectories),
+            final_state=receipt.get("final_state") or {},
             policy_version=receipt.get("policy_version"),
         )
 

@@ -159,6 +159,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
         rollout=run.cfg.model_dump(),
         reset_messages=run.reset_messages,
         error=run.error,
+        final_state=getattr(run, "final_state", None),
         steps=[
             {"step": k, "latency_ms": r.get("latency_ms", 0.0), "exception": r.get("exception")}
             for k, r in sorted(run.records.items())

@@ -63,7 +63,14 @@ async def run_episode(
     ones. By default: the wall clock since the episode started, and today's date.
     """
     cfg = config or RolloutConfig()
+    try:  # set-up before the episode's clock starts (an index built once per process)
+        await asyncio.to_thread(env.prepare)
+    except Exception as e:  # recorded as the environment's failure to start, below
+        prepare_error: str | None = f"prepare failed: {type(e).__name__}: {e}"
+    else:
+        prepare_error = None
     run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
+    run.prepare_error = prepare_error
     try:
         return await run.run()
     finally:
@@ -127,12 +134,15 @@ class _EpisodeRun:
         self.error: str | None = None  # what crashed the episode, if anything
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.eval_fault = False
+        self.final_state: dict[str, Any] | None = None
+        self.prepare_error: str | None = None
         self.template_kwargs = template_kwargs  # None: the conversation picks (today's date)
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:
         try:
             stop = await self._loop()
+            await self._read_final_state()
         except SamplerUnavailable as e:  # the generation server is down: infrastructure
             self.env_fault, self.error = True, f"sampler unavailable: {e}"
             stop = StopReason.INFRA_FAILURE
@@ -166,8 +176,23 @@ class _EpisodeRun:
             stop = await self._act(step, action, res)
         return stop
 
-    async def _start(self) -> StopReason | None:
+    async def _read_final_state(self) -> None:
+        """The world as the episode left it, before the env closes (for the reward); a read
+        that fails leaves the reward nothing to decide on: the environment's fault."""
+        if self.conv is None:  # the env never started
+            return
         try:
+            self.final_state = await self.env.final_state()
+        except Exception as e:
+            self.env_fault = True
+            self.error = self.error or f"final state: {type(e).__name__}: {e}"
+
+    async def _start(self) -> StopReason | None:
+        if self.prepare_error is not None:
+            self.env_fault, self.error = True, self.prepare_error
+            return StopReason.INFRA_FAILURE
+        try:
+            self.env.episode_id = self.episode_id  # the env's episode placeholders
             self.reset_messages = await self.env.reset(self.task, self.seed)
         except Exception as e:  # the env failed to start: an infra failure
             self.env_fault = True

@@ -40,6 +40,7 @@ from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
 from tracerl.train.evaluation import evaluate, evaluate_async
+from tracerl.train.futility import Futility
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import citation_metrics
@@ -159,6 +160,7 @@ def _train(
     grpo = run.grpo
     bars.steps(t.steps, done=min(start, t.steps))
     stop = _Stop()
+    futility = Futility(t.stop_unlearnable_steps, run_dir)
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""
@@ -180,8 +182,12 @@ def _train(
                 f"`tracerl triage {run_dir}` says why"
             )
         bars.step_done()
-        if (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1 or stop.requested:
+        futile = futility.observe(step, episodes)
+        last = (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1
+        if last or stop.requested or futile is not None:
             save_checkpoint(run_dir, step, bundle.model, learner, sampler, {"seed": t.seed})
+        if futile is not None:  # written and resumable: --resume goes on once it is fixed
+            raise futile
         if stop.requested:
             log(f"stopped by a signal after step {step}; checkpoint written")
         publish()  # before the evaluation after the step and the next step's rollouts

@@ -29,7 +29,6 @@ from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig
 from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
-from tracerl.envs.registry import env_factory
 from tracerl.preflight import Prepared, check_model, prepare
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
@@ -148,8 +147,7 @@ class Run:
     @cached_property
     def env(self) -> Callable[[], Any]:
         """A fresh environment per episode (picklable: Ray workers build it too)."""
-        e = self.cfg.env
-        return env_factory(e.name, e.kwargs, e.mcp)
+        return self.cfg.env.factory()
 
     def tasks(self, step: int, n: int | None = None) -> list[dict[str, Any]]:
         """Step `step`'s training tasks: a function of the seed and the step (the data order

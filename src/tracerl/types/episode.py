@@ -223,6 +223,10 @@ class Receipt:
     gradient_eligible: bool = True
     evidence: dict[str, Any] | None = None
     """Filled by the reward stage: what the verifier checked and found."""
+    final_state: dict[str, Any] | None = None
+    """What the environment's world looked like when the episode ended, read before it
+    closed (`Env.final_state`; an MCP server's ``final_state`` calls): what a reward
+    compares with the gold state. None: the environment reads none."""
     started_at: str | None = None
     wall_time_s: float | None = None
     agent: dict[str, Any] | None = None

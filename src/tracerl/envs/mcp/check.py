@@ -16,7 +16,7 @@ from typing import Any
 
 from tracerl.envs.mcp import client as mc
 from tracerl.envs.mcp import pool
-from tracerl.envs.mcp.tools import McpTool
+from tracerl.envs.mcp.tools import McpTool, unannotated_warning
 
 
 def mcp_tools(env: Any) -> list[McpTool]:
@@ -27,12 +27,14 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
     """A problem, or ``"note: "`` and what the servers are. Each server is started (or
     connected to) twice afresh, whatever its scope: the two listings must agree."""
     env = factory()
-    parts = []
+    parts, warnings = [], []
     for box in env.toolboxes:
         server = box.server
+        if box.unannotated():
+            warnings.append(unannotated_warning(server, len(box.tools())))
         listings = []
         for _ in range(2):
-            conn = await mc.on_hub(pool.fresh(server))
+            conn = await mc.on_hub(pool.fresh(box.episode_server()))
             await mc.on_hub(conn.close())
             listings.append(conn.listing)
         first, second = ({t.name: _tool_key(t) for t in li.tools} for li in listings)
@@ -50,7 +52,8 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
                 "tell its releases apart (set them in the server's constructor)"
             )
         parts.append(f"{s['server']} = {s['name']}@{s['version']} ({s['transport']})")
-    return "note: " + "; ".join(parts)
+    note = "note: " + "; ".join(parts)
+    return "warning: " + "; ".join(warnings) + "; " + note if warnings else note
 
 
 def _tool_key(t: Any) -> str:

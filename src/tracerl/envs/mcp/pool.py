@@ -45,13 +45,14 @@ async def shared(server: McpServer) -> Connection:
 async def fresh(server: McpServer) -> Connection:
     """A new connection of its own (an episode's), open."""
     conn = Connection(server)
-    _LISTINGS[key(server)] = await conn.open()
+    await conn.open()
     return conn
 
 
-def listing(server: McpServer) -> Listing:
+def listing(server: McpServer, opened: McpServer | None = None) -> Listing:
     """The server's tools, for building an environment before any episode: the worker's
-    connection's, a listing already read in this process, or one read now."""
+    connection's, a listing already read in this process, or one read now (from `opened`:
+    the server with placeholders filled for a listing, when its start has any)."""
     k = key(server)
     if k in _LISTINGS:
         return _LISTINGS[k]
@@ -59,11 +60,12 @@ def listing(server: McpServer) -> Listing:
     async def read() -> Listing:
         if server.scope == "worker":
             return (await shared(server)).listing  # type: ignore[return-value]
-        conn = await fresh(server)
+        conn = await fresh(opened or server)
         await conn.close()
         return conn.listing  # type: ignore[return-value]
 
-    return run_sync(read(), server.connect_timeout_s + 15)
+    _LISTINGS[k] = run_sync(read(), server.connect_timeout_s + 15)
+    return _LISTINGS[k]
 
 
 def close_all() -> None:

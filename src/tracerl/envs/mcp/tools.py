@@ -30,19 +30,35 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tracerl.envs.mcp import client as mc
 from tracerl.envs.mcp import pool
-from tracerl.envs.mcp.config import McpServer, ToolHints, as_server, dry_run_mode
+from tracerl.envs.mcp.config import (
+    McpServer,
+    ToolHints,
+    as_server,
+    dry_run_mode,
+    episode_values,
+    matching,
+    unmatched,
+)
 from tracerl.envs.tools import Tool, ToolResult
 from tracerl.types import Fault, FaultKind
 
 START_ATTEMPTS = 3
 """Tries to start (connect to) a server at an episode's start before it is an infra failure."""
+LISTING_EPISODE = "listing"
+"""The episode id the tools are listed under, once per process before any episode (task
+fields then fill as empty strings)."""
+log = logging.getLogger("tracerl")
+_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class McpTool(Tool):
                 "tool": self.remote,
                 "annotations": self.hints,
                 "dry_run": self.dry_run_how if self.effect == "write" else None,
+                "injected": sorted(matching(self.remote, self.box.server.inject) or ()),
             },
         }
 
@@ -103,6 +120,7 @@ class McpTool(Tool):
             name = str(arg)  # the server's preview
         if write and mode == "argument":
             sent = {**args, str(arg): dry_run}  # hidden from the model: tracerl decides
+        sent = {**sent, **self.box.injected(self.remote)}  # the episode's: the model's lose
         try:
             result = await self.box.call(name, sent, self.timeout_s)
         except Exception as e:  # a tool never raises into the runner
@@ -164,9 +182,18 @@ class McpTools:
     def __init__(self, server: McpServer | dict[str, Any] | str | list[str]) -> None:
         mc.import_mcp()
         self.server = as_server(server)
+        """As configured (its episode placeholders unfilled): its name and pool key."""
+        self.episode: McpServer | None = None
+        """The server with this episode's values filled (between `start` and `stop`)."""
+        self.episode_dir: str | None = None
         self.conn: mc.Connection | None = None
-        self._listing = pool.listing(self.server)
+        folder = tempfile.mkdtemp(prefix="tracerl-listing-")
+        try:
+            self._listing = pool.listing(self.server, self._for_listing(folder))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         self._tools = self._build(self._listing)
+        self._warn_unannotated()
 
     # ---- what the environment sees ---------------------------------------------------------
     def tools(self) -> list[McpTool]:
@@ -176,10 +203,22 @@ class McpTools:
         """For receipts: the server as it identified itself."""
         return dict(self._listing.identity)
 
+    def unannotated(self) -> bool:
+        """The server declares no annotations on any tool (and the config overrides none):
+        every tool is a write."""
+        return not self.server.annotations and not any(t.annotations for t in self._listing.tools)
+
+    def _warn_unannotated(self) -> None:
+        if self.unannotated() and self._listing.tools and self.server.name not in _WARNED:
+            _WARNED.add(self.server.name)
+            log.warning("%s", unannotated_warning(self.server, len(self._listing.tools)))
+
     # ---- the episode's connection ----------------------------------------------------------
-    async def start(self) -> None:
-        """Connect for an episode (retrying a server that will not start)."""
+    async def start(self, episode: Any = None) -> None:
+        """Connect for an episode (retrying a server that will not start), its placeholders
+        filled from `episode` (an `EpisodeContext`: id, seed, task)."""
         await self.stop()
+        self.episode = self._for(episode)
         for attempt in range(START_ATTEMPTS):
             try:
                 self.conn = await mc.on_hub(self._connect())
@@ -193,20 +232,79 @@ class McpTools:
             self._listing = self.conn.listing
             self._tools = self._build(self._listing)
 
+    def _for(self, episode: Any) -> McpServer:
+        """The server for `episode`: placeholders filled, a fresh ``${episode_dir}``."""
+        if episode is None:
+            episode_id, seed, task = "episode", 0, {}
+        else:
+            episode_id, seed, task = episode.episode_id, episode.seed, episode.task
+        if self.server.uses("episode_dir"):
+            self.episode_dir = tempfile.mkdtemp(prefix="tracerl-episode-")
+        values = episode_values(episode_id, seed, task, self.episode_dir or "")
+        return self.server.for_episode(values)
+
+    def _for_listing(self, folder: str) -> McpServer:
+        """The server the tools are listed from, before any episode (in `folder`)."""
+        if not self.server.started_with_placeholders():
+            return self.server
+        used = self.server.started_with_placeholders()
+        task = {p[len("${task.") : -1]: "" for p in used if p.startswith("${task.")}
+        return self.server.for_episode(episode_values(LISTING_EPISODE, 0, task, folder))
+
     async def _connect(self) -> mc.Connection:
         if self.server.scope == "worker":
             return await pool.shared(self.server)
-        return await pool.fresh(self.server)
+        return await pool.fresh(self.episode or self.server)
 
-    async def stop(self) -> None:
-        """End the episode's connection (its server, with ``scope: episode``)."""
+    async def _disconnect(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None and self.server.scope == "episode":
             await mc.on_hub(conn.close())
 
+    async def stop(self) -> None:
+        """End the episode's connection (its server, with ``scope: episode``) and remove its
+        ``${episode_dir}``."""
+        try:
+            await self._disconnect()
+        finally:
+            folder, self.episode_dir, self.episode = self.episode_dir, None, None
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def episode_server(self) -> McpServer:
+        """The server as one episode starts it (a check's fresh start)."""
+        return self.episode or self._for(None)
+
+    def injected(self, remote: str) -> dict[str, Any]:
+        """The arguments tracerl sets on every call of tool `remote` this episode."""
+        server = self.episode or self.server
+        return dict(matching(remote, server.inject) or {})
+
+    async def final_state(self) -> dict[str, Any] | None:
+        """The server's ``final_state`` calls, made now (the episode has ended, the server
+        still runs): ``{key: result text}``. A call that fails or answers with an error
+        raises (the reward would decide on nothing: the environment's fault)."""
+        server = self.episode or self.server
+        if not server.final_state:
+            return None
+        out: dict[str, Any] = {}
+        for read in server.final_state:
+            sent = {**read.arguments, **self.injected(read.tool)}
+            try:
+                result = await self.call(read.tool, sent, server.timeout_s)
+            except Exception as e:
+                raise RuntimeError(
+                    f"{server.where()}: final_state {read.tool}: {mc.describe(e)}"
+                ) from None
+            text, _ = result_text(result, server.max_result_chars)
+            if result.is_error:
+                raise RuntimeError(f"{server.where()}: final_state {read.tool}: {text[:300]}")
+            out[read.label] = text
+        return out
+
     async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
         if self.conn is not None and self.conn.dead and self.server.transport == "http":
-            await self.stop()  # an HTTP server may be back: reconnect (a stdio one is not)
+            await self._disconnect()  # an HTTP server may be back: reconnect (stdio: not)
         if self.conn is None:
             self.conn = await mc.on_hub(self._connect())  # called before start, or reconnect
         conn = self.conn
@@ -222,12 +320,13 @@ class McpTools:
                 f"{s.where()}: tools {unknown} were asked for (`tools`) but the server has "
                 f"only {sorted(offered)}"
             )
-        unannotated = sorted(set(s.annotations) - set(offered))
-        if unannotated:
-            raise ValueError(
-                f"{s.where()}: `annotations` names {unannotated}, which the server does not "
-                f"offer (its tools: {sorted(offered)})"
-            )
+        for key in ("annotations", "inject"):
+            stray = unmatched(getattr(s, key), offered)
+            if stray:
+                raise ValueError(
+                    f"{s.where()}: `{key}` names {stray}, which match no tool of the server "
+                    f"(its tools: {sorted(offered)})"
+                )
         names = [n for n in offered if s.tools is None or n in s.tools]
         tools = [self._tool(offered[n], listing, offered) for n in names]
         stray = sorted(set(s.dry_run) - {t.remote for t in tools if t.effect == "write"})
@@ -235,11 +334,24 @@ class McpTools:
             raise ValueError(
                 f"{s.where()}: `dry_run` names {stray}, which are not write tools offered here"
             )
+        for read in s.final_state:
+            t = offered.get(read.tool)
+            hints = t and effective_hints(t.annotations, matching(t.name, s.annotations))
+            if not hints or not hints["readOnlyHint"]:
+                raise ValueError(
+                    f"{s.where()}: final_state calls {read.tool!r}, which "
+                    + (
+                        "is not annotated read-only: reading the final state must change "
+                        f"nothing (annotate it, or set annotations.{read.tool}.readOnlyHint)"
+                        if t
+                        else f"the server does not offer (its tools: {sorted(offered)})"
+                    )
+                )
         return tools
 
     def _tool(self, t: Any, listing: mc.Listing, offered: dict[str, Any]) -> McpTool:
         s = self.server
-        hints = effective_hints(t.annotations, s.annotations.get(t.name))
+        hints = effective_hints(t.annotations, matching(t.name, s.annotations))
         effect = "read" if hints["readOnlyHint"] else "write"
         how = s.dry_run.get(t.name, "refuse")
         if effect == "write":
@@ -253,6 +365,13 @@ class McpTools:
         )
         if effect == "write" and how.startswith("argument:"):
             schema = _without(schema, how.partition(":")[2])
+        for arg in matching(t.name, s.inject) or ():
+            if arg not in (schema.get("properties") or {}):
+                raise ValueError(
+                    f"{s.where()}: inject sets {arg!r} on {t.name!r}, whose input schema has "
+                    f"no such property (its properties: {sorted(schema.get('properties') or {})})"
+                )
+            schema = _without(schema, arg)  # tracerl's to set, not the model's
         version = f"{identity.get('name') or s.name}@{identity.get('version') or '?'}#{digest}"
         return McpTool(
             name=model_name(s.prefix, t.name),
@@ -268,6 +387,14 @@ class McpTools:
             dry_run_how=how,
             box=self,
         )
+
+
+def unannotated_warning(server: McpServer, n: int) -> str:
+    return (
+        f"{server.where()} declares no annotations on any of its {n} tools: every tool is "
+        "treated as a write (budgeted, dry-run; the agent cannot read anything). Say which "
+        'only read, by name or pattern: annotations: {"get_*": {readOnlyHint: true}}'
+    )
 
 
 def effective_hints(server: Any, override: ToolHints | None) -> dict[str, Any]:
@@ -306,7 +433,7 @@ def check_dry_run(s: McpServer, t: Any, how: str, offered: dict[str, Any]) -> No
     preview = offered.get(arg)
     if (
         mode == "tool"
-        and not effective_hints(preview.annotations, s.annotations.get(arg))["readOnlyHint"]
+        and not effective_hints(preview.annotations, matching(arg, s.annotations))["readOnlyHint"]
     ):
         raise ValueError(
             f"{s.where()}: dry_run.{t.name} is 'tool:{arg}', but {arg!r} is not annotated "

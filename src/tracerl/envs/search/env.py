@@ -190,12 +190,16 @@ class SearchEnv(ToolEnv):
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [] if self.protocol == "search_r1" else super().tool_schemas()
 
+    def prepare(self) -> None:
+        """The index, built or loaded once per process before any episode starts its clock
+        (not inside the first search: a first run's first searches would otherwise spend
+        their time limit building it, and time out where a later run's do not)."""
+        if self.retriever_spec in ("bm25", "dense"):
+            self._retriever()
+
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
         self.seen, self.searches = set(), []
-        if self.retriever_spec in ("bm25", "dense"):
-            # the index is built or loaded here, before the episode's first step, not inside
-            # the first search: a first run's first searches would otherwise spend their
-            # time limit building it, and time out where a later run's do not
+        if self.retriever_spec in ("bm25", "dense"):  # (a caller that skipped `prepare`)
             await asyncio.to_thread(self._retriever)
         return [
             {"role": "system", "content": _INSTRUCTIONS[self.protocol]},

@@ -1,0 +1,8 @@
+"""Adapters: environments written to standards others publish, as tracerl environments.
+
+Each adapter lives in its own module, imports its standard's package only when it is built
+(every one is an optional extra), and is registered by name in `tracerl.envs`:
+
+* `reasoning_gym` — a reasoning-gym task family (``pip install 'tracerl[reasoning-gym]'``):
+  its generator as seeded, disjoint splits, its own ``score_answer`` as the verifier.
+"""
