@@ -86,8 +86,9 @@ bubblewrap:
 # vLLM cannot be found. Two pytest-xdist workers, a test module at a time on each (its
 # module-scoped servers and clusters built once): 22 minutes on 2 idle cores, 42 on one
 # worker (tests/conftest.py says what the workers share: nothing).
+WORKERS ?= 3
 test: lint chromium bubblewrap vllm
-	TRACERL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n 2 --dist loadscope
+	TRACERL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadscope --durations=25
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
