@@ -86,7 +86,7 @@ bubblewrap:
 # vLLM cannot be found. Two pytest-xdist workers, a test module at a time on each (its
 # module-scoped servers and clusters built once): 22 minutes on 2 idle cores, 42 on one
 # worker (tests/conftest.py says what the workers share: nothing).
-WORKERS ?= 3
+WORKERS ?= 2
 test: lint chromium bubblewrap vllm
 	TRACERL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadscope --durations=25
 

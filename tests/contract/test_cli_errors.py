@@ -353,7 +353,7 @@ MID_RUN = {
 
 
 @pytest.mark.parametrize("case", list(MID_RUN))
-def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp_path):
+def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp_path, monkeypatch):
     args, first, second = MID_RUN[case]
     r = _tracerl(args, world["site"], tmp_path)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
@@ -367,8 +367,17 @@ def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp
     assert [m["step"] for m in steps if m["phase"] == "train"] == [0, 1]  # then it stopped
     assert len(list((run / "episodes").glob("step_*"))) == 2  # both steps written
     before = _tree(run)
-    resumed = _tracerl([*args, "--resume"], world["site"], tmp_path)
-    assert resumed.returncode == 2 and "steps 2-3" in resumed.stderr, resumed.stderr
+    # --resume continues from the checkpoint (in this process: the command was shown above)
+    from tracerl.config.loading import load_config
+    from tracerl.train.futility import UnlearnableRun
+    from tracerl.train.loop import train
+
+    monkeypatch.chdir(world["site"])
+    monkeypatch.syspath_prepend(str(world["site"]))
+    monkeypatch.setenv("TRACERL_CACHE", str(tmp_path))
+    cfg = load_config(world["site"] / args[1], args[2:])
+    with pytest.raises(UnlearnableRun, match="every episode of steps 2-3 was the environment"):
+        train(cfg, resume=True, log=lambda line: None)
     after = _tree(run)
     written = [k for k in before if k.startswith("episodes/")]
     assert len(written) == 2 and all(after[k] == before[k] for k in written)  # kept as they were

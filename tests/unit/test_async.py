@@ -39,8 +39,11 @@ def _reward(e):
 
 
 class WaitsForAnUpdate(SlowTools):
-    """Episodes of one task hold their first tool call until the learner has updated (at
-    most 5 s): their later turns are then sampled by a newer policy, for certain."""
+    """Episodes of one task hold their first tool call until the learner has updated: their
+    later turns are then sampled by a newer policy, for certain. The first update never
+    needs them (the window's other groups fill a step), so the wait ends with it; the bound
+    only catches a hang, far from what a busy machine needs (5 s was not: under load, the
+    groups of the first update took longer, the wait ran out and nothing straddled)."""
 
     def __init__(self, sampler, waiting_task, **kw):
         super().__init__(make("refund_desk"), **kw)
@@ -53,7 +56,7 @@ class WaitsForAnUpdate(SlowTools):
     async def step(self, action):
         if self.task["id"] == self.waiting_task and not self.waited:
             self.waited, v0, t0 = True, self.sampler.policy_version, time.monotonic()
-            while self.sampler.policy_version == v0 and time.monotonic() - t0 < 5:
+            while self.sampler.policy_version == v0 and time.monotonic() - t0 < 120:
                 await asyncio.sleep(0.01)
         return await super().step(action)
 

@@ -113,3 +113,33 @@ def test_a_recovered_fault_is_invisible_to_the_policy(tiny, tmp_path):
         twin = clean_by_id[e.episode_id]
         assert e.trajectories[0].token_ids == twin.trajectories[0].token_ids
         assert e.gradient_eligible and e.stop_reason is twin.stop_reason
+
+
+def test_a_set_up_that_fails_is_the_environments_and_is_done_before_the_clock(tiny):
+    """`Env.prepare` runs before the episode's clock starts (its time is no step's); when
+    it raises, the episode is the environment's failure, named in the receipt."""
+    from tracerl.rollout.runner import run_episode
+
+    class Unprepared(FaultInjector):
+        def prepare(self):
+            raise OSError("the index could not be built: disk full")
+
+    class SlowToPrepare(FaultInjector):
+        def prepare(self):
+            import time
+
+            time.sleep(3.0)  # longer than the episode's whole wall-time budget
+
+    tasks = make("refund_desk").sample_tasks(1, seed=4)
+    policy = scripted_policy(tiny.renderer, tasks)
+    tight = RolloutConfig(budgets=Budgets(steps=8, tool_calls=6, wall_time_s=2.5))
+    broken = Unprepared(make("refund_desk"), rate=0.0)
+    ep = asyncio.run(run_episode(broken, tasks[0], policy, CONFIG))
+    assert ep.stop_reason is StopReason.INFRA_FAILURE
+    assert ep.attribution is Attribution.ENVIRONMENT and not ep.gradient_eligible
+    assert ep.receipt.error == "prepare failed: OSError: the index could not be built: disk full"
+    slow = SlowToPrepare(make("refund_desk"), rate=0.0)
+    eid = f"{tasks[0]['id']}:s0:g0"  # the scripted policy's plan 0: it answers
+    ep = asyncio.run(run_episode(slow, tasks[0], policy, tight, episode_id=eid))
+    assert ep.stop_reason is not StopReason.TIMEOUT, ep.receipt.error
+    assert ep.attribution is Attribution.POLICY, ep.receipt.error

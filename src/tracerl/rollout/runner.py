@@ -63,14 +63,10 @@ async def run_episode(
     ones. By default: the wall clock since the episode started, and today's date.
     """
     cfg = config or RolloutConfig()
-    try:  # set-up before the episode's clock starts (an index built once per process)
-        await asyncio.to_thread(env.prepare)
-    except Exception as e:  # recorded as the environment's failure to start, below
-        prepare_error: str | None = f"prepare failed: {type(e).__name__}: {e}"
-    else:
-        prepare_error = None
+    prepared = await asyncio.gather(asyncio.to_thread(env.prepare), return_exceptions=True)
     run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
-    run.prepare_error = prepare_error
+    if isinstance(failed := prepared[0], Exception):  # set-up before the episode's clock
+        run.prepare_error = f"prepare failed: {type(failed).__name__}: {failed}"
     try:
         return await run.run()
     finally:
@@ -179,13 +175,10 @@ class _EpisodeRun:
     async def _read_final_state(self) -> None:
         """The world as the episode left it, before the env closes (for the reward); a read
         that fails leaves the reward nothing to decide on: the environment's fault."""
-        if self.conv is None:  # the env never started
-            return
         try:
-            self.final_state = await self.env.final_state()
+            self.final_state = await self.env.final_state() if self.conv else None
         except Exception as e:
-            self.env_fault = True
-            self.error = self.error or f"final state: {type(e).__name__}: {e}"
+            self.env_fault, self.error = True, self.error or f"final state: {type(e).__name__}: {e}"
 
     async def _start(self) -> StopReason | None:
         if self.prepare_error is not None:

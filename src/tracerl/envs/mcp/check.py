@@ -16,7 +16,8 @@ from typing import Any
 
 from tracerl.envs.mcp import client as mc
 from tracerl.envs.mcp import pool
-from tracerl.envs.mcp.tools import McpTool, unannotated_warning
+from tracerl.envs.mcp.schema import unannotated_warning
+from tracerl.envs.mcp.tools import McpTool
 
 
 def mcp_tools(env: Any) -> list[McpTool]:
