@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from tracerl.config import RunConfig
 from tracerl.errors import UserError
 from tracerl.report.run import metric_rows
 
@@ -70,10 +71,15 @@ def check_resumable(run_dir: Path, config: dict[str, Any]) -> None:
             "start it without --resume",
         )
     before, after = _flat(yaml.safe_load(path.read_text()) or {}), _flat(config)
+    # a key the run's config lacks is one a later tracerl added: at its default, the run
+    # was made under it (without the key, tracerl behaved as the default says)
+    defaults = _flat(RunConfig().model_dump(mode="json"))
     changed = [
         k
         for k in sorted(set(before) | set(after))
-        if before.get(k) != after.get(k) and not k.startswith(MAY_CHANGE)
+        if before.get(k) != after.get(k)
+        and not k.startswith(MAY_CHANGE)
+        and not (k not in before and k in defaults and after.get(k) == defaults[k])
     ]
     if changed:
         shown = ", ".join(f"{k} ({before.get(k)!r} -> {after.get(k)!r})" for k in changed[:3])
