@@ -85,7 +85,8 @@ bubblewrap:
 # TRACERL_REQUIRE_VLLM: the tests against a real vLLM server fail, rather than skip, when
 # vLLM cannot be found. Two pytest-xdist workers, a test module at a time on each (its
 # module-scoped servers and clusters built once): 13 minutes on 2 idle cores with an empty
-# cache (tests/conftest.py says what the workers share: nothing). Three workers on 2 cores
+# cache, 17.5 for the whole command on a fresh clone (tests/conftest.py says what the
+# workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
 WORKERS ?= 2
 test: lint chromium bubblewrap vllm
