@@ -34,10 +34,13 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
         if box.unannotated():
             warnings.append(unannotated_warning(server, len(box.tools())))
         listings = []
-        for _ in range(2):
-            conn = await mc.on_hub(pool.fresh(box.episode_server()))
-            await mc.on_hub(conn.close())
-            listings.append(conn.listing)
+        try:
+            for _ in range(2):
+                conn = await mc.on_hub(pool.fresh(box.episode_server()))
+                await mc.on_hub(conn.close())
+                listings.append(conn.listing)
+        finally:
+            await box.stop()  # its ${episode_dir}, if it has one
         first, second = ({t.name: _tool_key(t) for t in li.tools} for li in listings)
         if first != second or listings[0].identity != listings[1].identity:
             changed = sorted(k for k in {*first, *second} if first.get(k) != second.get(k))
