@@ -207,3 +207,15 @@ def test_mistakes_name_the_key_and_the_valid_values(monkeypatch):
     with pytest.raises(MissingExtra) as missing:
         _env()
     assert isinstance(missing.value, ImportError) and missing.value.hint == PIP
+
+
+def test_a_held_out_split_squeezed_by_training_questions_is_warned_about(caplog):
+    # two single-digit terms: ~200 distinct questions, which 1000 training draws nearly cover
+    import logging
+
+    small = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    env = make("reasoning_gym", dataset="chain_sum", config=small, seed=123)
+    with caplog.at_level(logging.WARNING, logger="tracerl"):
+        heldout = env.sample_tasks(48, split="heldout")
+    assert len(heldout) < 50
+    assert "chain_sum kept" in caplog.text and "of its 200 heldout questions" in caplog.text

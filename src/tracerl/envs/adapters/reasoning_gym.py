@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import numbers
 import random
 import re
@@ -65,6 +66,7 @@ components:
 """
 """The environment's own reward: reasoning-gym's ``score_answer`` as the one outcome."""
 
+log = logging.getLogger("tracerl")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -367,6 +369,16 @@ def _pools(
                 f"config: every one of {size} {split} questions of {dataset} is also a "
                 "training question: the settings allow too few distinct questions",
                 "widen env.kwargs.config, or lower train_size",
+            )
+        if len(pool) < size // 4:  # evaluations would measure a handful of questions
+            log.warning(
+                "reasoning_gym: %s kept %d of its %d %s questions (the others repeat a "
+                "question already drawn: these settings allow few distinct ones); widen "
+                "env.kwargs.config or lower train_size",
+                dataset,
+                len(pool),
+                size,
+                split,
             )
         pools[split] = pool
     return pools
