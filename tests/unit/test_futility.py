@@ -12,34 +12,38 @@ from tracerl.train.futility import Futility, UnlearnableRun
 from tracerl.types import Attribution, RewardBreakdown, StopReason
 
 
-def _policy(reward: float = 0.0):
+def _episode(reward, attribution, eligible, stop, error=None):
     return SimpleNamespace(
-        reward=RewardBreakdown.scalar(reward, Attribution.POLICY),
-        attribution=Attribution.POLICY,
-        gradient_eligible=True,
-        stop_reason=StopReason.ANSWERED,
-        receipt=SimpleNamespace(error=None),
-    )
-
-
-def _outage(error: str = "ConnectionError: database at db:5432 unreachable"):
-    return SimpleNamespace(
-        reward=RewardBreakdown.scalar(0.0, Attribution.ENVIRONMENT),
-        attribution=Attribution.ENVIRONMENT,
-        gradient_eligible=False,
-        stop_reason=StopReason.INFRA_FAILURE,
+        reward=reward,
+        attribution=attribution,
+        gradient_eligible=eligible,
+        stop_reason=stop,
         receipt=SimpleNamespace(error=error),
     )
 
 
-def _crashed_reward(error: str = "TypeError: unsupported operand"):
-    return SimpleNamespace(
-        reward=RewardBreakdown.crashed(error),
-        attribution=Attribution.POLICY,  # the rollout was fine: the reward code crashed
-        gradient_eligible=True,
-        stop_reason=StopReason.ANSWERED,
-        receipt=SimpleNamespace(error=None),
+def _policy(reward: float = 0.0):
+    return _episode(
+        RewardBreakdown.scalar(reward, Attribution.POLICY),
+        Attribution.POLICY,
+        True,
+        StopReason.ANSWERED,
     )
+
+
+def _outage(error: str = "ConnectionError: database at db:5432 unreachable"):
+    return _episode(
+        RewardBreakdown.scalar(0.0, Attribution.ENVIRONMENT),
+        Attribution.ENVIRONMENT,
+        False,
+        StopReason.INFRA_FAILURE,
+        error,
+    )
+
+
+def _crashed_reward(error: str = "TypeError: unsupported operand"):
+    # the rollout was fine: the reward code crashed
+    return _episode(RewardBreakdown.crashed(error), Attribution.POLICY, True, StopReason.ANSWERED)
 
 
 def test_k_dead_steps_in_a_row_stop_the_run_naming_the_owner_and_the_fault():

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tracerl.config.base import _Config
+from tracerl.envs.base import guard_value
 from tracerl.envs.mcp.config import McpServer
 
 
@@ -53,24 +54,20 @@ class EnvConfig(_Config):
     @field_validator("side_effect_guard", mode="before")
     @classmethod
     def _guard(cls, v: Any) -> Any:
-        from tracerl.envs.base import guard_value
-
         return None if v is None else guard_value(v, "env.side_effect_guard")
 
     @model_validator(mode="after")
     def _real_writes(self) -> EnvConfig:
         given = self.kwargs.get("side_effect_guard")
-        if given is not None and self.side_effect_guard is not None:
-            from tracerl.envs.base import guard_value
-
-            if guard_value(given, "env.kwargs.side_effect_guard") != self.side_effect_guard:
+        if given is not None:
+            given = guard_value(given, "env.kwargs.side_effect_guard")
+            if self.side_effect_guard not in (None, given):
                 raise ValueError(
                     f"env.side_effect_guard is {self.side_effect_guard!r} but "
                     f"env.kwargs.side_effect_guard is {given!r}: set it once "
                     "(env.side_effect_guard)"
                 )
-        guard = self.side_effect_guard or given
-        if self.allow_real_writes and guard not in ("off", False):
+        if self.allow_real_writes and (self.side_effect_guard or given) != "off":
             raise ValueError(
                 "env.allow_real_writes: true needs env.side_effect_guard: off (with the guard "
                 "on, every write is a dry run whatever the tasks allow)"

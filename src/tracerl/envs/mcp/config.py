@@ -39,8 +39,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _EPISODE = re.compile(r"\$\{(episode_id|episode_dir|seed|task\.[A-Za-z_][A-Za-z0-9_]*)\}")
-EPISODE_NAMES = ("episode_id", "episode_dir", "seed")
-"""Placeholders the episode fills (besides ``task.<field>``); never environment variables."""
 _PATTERN = re.compile(r"[*?\[]")
 
 
@@ -216,9 +214,10 @@ class McpServer(BaseModel):
         texts += [*self.env.values(), *self.headers.values()]
         return sorted({m.group(0) for t in texts for m in _EPISODE.finditer(t)})
 
-    def uses(self, name: str) -> bool:
-        """Whether `name` (``episode_dir``...) appears anywhere in the server's settings."""
-        return f"${{{name}}}" in self.model_dump_json()
+    def placeholders(self) -> set[str]:
+        """The episode placeholders (``${episode_dir}``...) anywhere in the server's settings:
+        none, and an episode starts the server as configured."""
+        return {m.group(0) for m in _EPISODE.finditer(self.model_dump_json())}
 
     def for_episode(self, values: dict[str, str]) -> McpServer:
         """This server with the episode's placeholders filled (`episode_values`)."""

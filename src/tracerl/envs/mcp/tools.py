@@ -63,8 +63,7 @@ from tracerl.types import Fault, FaultKind
 START_ATTEMPTS = 3
 """Tries to start (connect to) a server at an episode's start before it is an infra failure."""
 LISTING_EPISODE = "listing"
-"""The episode id the tools are listed under, once per process before any episode (task
-fields then fill as empty strings)."""
+"""The episode id tools are listed under before any episode (task fields fill as "")."""
 log = logging.getLogger("tracerl")
 _WARNED: set[str] = set()
 
@@ -195,13 +194,16 @@ class McpTools:
         """The server with this episode's values filled (between `start` and `stop`)."""
         self.episode_dir: str | None = None
         self.conn: mc.Connection | None = None
+        self._placeholders = self.server.placeholders()  # once: `start` runs per episode
         folder = tempfile.mkdtemp(prefix="tracerl-listing-")
         try:
             self._listing = pool.listing(self.server, self._for_listing(folder))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self._tools = self._build(self._listing)
-        self._warn_unannotated()
+        if self.unannotated() and self._listing.tools and self.server.name not in _WARNED:
+            _WARNED.add(self.server.name)  # once per process
+            log.warning("%s", unannotated_warning(self.server, len(self._listing.tools)))
 
     # ---- what the environment sees ---------------------------------------------------------
     def tools(self) -> list[McpTool]:
@@ -215,11 +217,6 @@ class McpTools:
         """The server declares no annotations on any tool (and the config overrides none):
         every tool is a write."""
         return not self.server.annotations and not any(t.annotations for t in self._listing.tools)
-
-    def _warn_unannotated(self) -> None:
-        if self.unannotated() and self._listing.tools and self.server.name not in _WARNED:
-            _WARNED.add(self.server.name)
-            log.warning("%s", unannotated_warning(self.server, len(self._listing.tools)))
 
     # ---- the episode's connection ----------------------------------------------------------
     async def start(self, episode: Any = None) -> None:
@@ -242,27 +239,29 @@ class McpTools:
 
     def _for(self, episode: Any) -> McpServer:
         """The server for `episode`: placeholders filled, a fresh ``${episode_dir}``."""
+        if not self._placeholders:
+            return self.server
         if episode is None:
             episode_id, seed, task = "episode", 0, {}
         else:
             episode_id, seed, task = episode.episode_id, episode.seed, episode.task
-        if self.server.uses("episode_dir"):
+        if "${episode_dir}" in self._placeholders:
             self.episode_dir = tempfile.mkdtemp(prefix="tracerl-episode-")
         values = episode_values(episode_id, seed, task, self.episode_dir or "")
         return self.server.for_episode(values)
 
     def _for_listing(self, folder: str) -> McpServer:
         """The server the tools are listed from, before any episode (in `folder`)."""
-        if not self.server.started_with_placeholders():
-            return self.server
         used = self.server.started_with_placeholders()
+        if not used:
+            return self.server
         task = {p[len("${task.") : -1]: "" for p in used if p.startswith("${task.")}
         return self.server.for_episode(episode_values(LISTING_EPISODE, 0, task, folder))
 
     async def _connect(self) -> mc.Connection:
         if self.server.scope == "worker":
             return await pool.shared(self.server)
-        return await pool.fresh(self.episode or self.server)
+        return await pool.fresh(self.current)
 
     async def _disconnect(self) -> None:
         conn, self.conn = self.conn, None
@@ -279,34 +278,38 @@ class McpTools:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
 
+    @property
+    def current(self) -> McpServer:
+        """The server as this episode has it (placeholders filled), else as configured."""
+        return self.episode or self.server
+
     def episode_server(self) -> McpServer:
         """The server as one episode starts it (a check's fresh start)."""
         return self.episode or self._for(None)
 
     def injected(self, remote: str) -> dict[str, Any]:
         """The arguments tracerl sets on every call of tool `remote` this episode."""
-        server = self.episode or self.server
+        server = self.current
         return dict(matching(remote, server.inject) or {})
 
     async def final_state(self) -> dict[str, Any] | None:
         """The server's ``final_state`` calls, made now (the episode has ended, the server
         still runs): ``{key: result text}``. A call that fails or answers with an error
         raises (the reward would decide on nothing: the environment's fault)."""
-        server = self.episode or self.server
+        server = self.current
         if not server.final_state:
             return None
         out: dict[str, Any] = {}
         for read in server.final_state:
             sent = {**read.arguments, **self.injected(read.tool)}
+            where = f"{server.where()}: final_state {read.tool}"
             try:
                 result = await self.call(read.tool, sent, server.timeout_s)
             except Exception as e:
-                raise RuntimeError(
-                    f"{server.where()}: final_state {read.tool}: {mc.describe(e)}"
-                ) from None
+                raise RuntimeError(f"{where}: {mc.describe(e)}") from None
             text, _ = result_text(result, server.max_result_chars)
             if result.is_error:
-                raise RuntimeError(f"{server.where()}: final_state {read.tool}: {text[:300]}")
+                raise RuntimeError(f"{where}: {text[:300]}")
             out[read.label] = text
         return out
 
