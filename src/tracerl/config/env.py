@@ -13,8 +13,8 @@ from tracerl.envs.mcp.config import McpServer
 
 class EnvConfig(_Config):
     name: str = "search"
-    """The environment: a built-in (search, arithmetic, coderepair, refund_desk, reasoning_gym),
-    an installed package's entry point (group ``tracerl.envs``), or an import path
+    """The environment: a built-in (search, arithmetic, coderepair, refund_desk, reasoning_gym,
+    openenv), an installed package's entry point (group ``tracerl.envs``), or an import path
     ``package.module:Class``."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to `make(name, **kwargs)` (e.g. corpus, protocol)."""

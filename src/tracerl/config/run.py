@@ -12,6 +12,7 @@ from tracerl.config.base import _Config
 from tracerl.config.env import EnvConfig
 from tracerl.config.model import ModelConfig
 from tracerl.config.trainer import TrainerConfig
+from tracerl.envs.registry import declared_agent
 from tracerl.rollout.budget import RolloutConfig
 
 
@@ -81,7 +82,8 @@ class RunConfig(_Config):
     """An agent function to train through the gateway instead of tracerl's own episode
     runner (``agent: mypkg.agent:solve`` is short for ``agent: {entry: ...}``); the
     environment then supplies the tasks and the reward. None: the environment's tools,
-    run by tracerl."""
+    run by tracerl (or, for an environment registered with an agent of its own, such as
+    ``verifiers``, that agent)."""
     report: ReportConfig = Field(default_factory=lambda: ReportConfig())
     """Where metrics go."""
 
@@ -89,6 +91,14 @@ class RunConfig(_Config):
     @classmethod
     def _agent_shorthand(cls, value: Any) -> Any:
         return {"entry": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _environment_agent(self) -> RunConfig:
+        """An environment whose episodes are another framework's own (``verifiers``) comes
+        with the agent that plays it; the config may still name another."""
+        if self.agent is None and (entry := declared_agent(self.env.name)) is not None:
+            self.agent = AgentConfig(entry=entry)
+        return self
 
     @model_validator(mode="after")
     def _remote_sampling(self) -> RunConfig:

@@ -31,11 +31,27 @@ def _reasoning_gym_env(**kwargs):  # imported on use: reasoning-gym is an option
     return ReasoningGym(**kwargs)
 
 
+def _openenv_env(**kwargs):  # imported on use: its servers run in a venv of their own
+    from tracerl.envs.adapters.openenv import OpenEnv
+
+    return OpenEnv(**kwargs)
+
+
 register("refund_desk", RefundDesk)
 register("coderepair", _coderepair_env)
 register("arithmetic", Arithmetic)
 register("search", _search_env)
+
+
+def _verifiers_env(**kwargs):  # imported on use: verifiers runs in a venv of its own
+    from tracerl.envs.adapters.verifiers import Verifiers
+
+    return Verifiers(**kwargs)
+
+
 register("reasoning_gym", _reasoning_gym_env)
+register("openenv", _openenv_env)
+register("verifiers", _verifiers_env, agent="tracerl.envs.adapters.verifiers.agent:solve")
 
 __all__ = [
     "PARSERS",

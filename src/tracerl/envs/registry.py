@@ -37,14 +37,24 @@ HOW_TO_ADD = (
 )
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}
+_AGENTS: dict[str, str] = {}
 
 
-def register(name: str, factory: Callable[..., Env]) -> None:
+def register(name: str, factory: Callable[..., Env], *, agent: str | None = None) -> None:
     """Register `factory` under `name` (the same factory twice is a no-op: a module that
-    registers its env on import may be imported again by a replay)."""
+    registers its env on import may be imported again by a replay). `agent`: the agent
+    (``package.module:function``) that plays this environment through the gateway when a
+    run names none: an environment whose episodes are another framework's own."""
     if name in _REGISTRY and _REGISTRY[name] is not factory:
         raise ValueError(f"environment {name!r} is already registered")
     _REGISTRY[name] = factory
+    if agent is not None:
+        _AGENTS[name] = agent
+
+
+def declared_agent(name: str) -> str | None:
+    """The agent registered with environment `name` (`register`'s `agent`), if any."""
+    return _AGENTS.get(name)
 
 
 def registered() -> list[str]:

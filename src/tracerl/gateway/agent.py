@@ -104,6 +104,8 @@ class AgentBackend:
         if getattr(policy.sampler, "gather_s", None) == 0.0:  # `BatchedHFSampler`
             policy.sampler.gather_s = GATHER_S
         instance = env()
+        # set-up (an index, a worker process) before the episode's clock, as natively
+        prepared = await asyncio.gather(asyncio.to_thread(instance.prepare), return_exceptions=True)
         loop = asyncio.get_running_loop()
         session = GatewaySession(
             new_token(),
@@ -119,6 +121,10 @@ class AgentBackend:
         limit = min(self.timeout_s, wall if wall is not None else math.inf)
         self.gateway.add(session)
         try:
+            if isinstance(failed := prepared[0], Exception):
+                session.env_fault = True
+                session.error = f"prepare failed: {type(failed).__name__}: {failed}"
+                return session.finish(StopReason.INFRA_FAILURE, agent={"entry": self.entry})
             outcome = await self._call(session, task, limit)
             return self._finish(session, outcome, limit)
         finally:

@@ -95,6 +95,16 @@ class RewardContext:
         return str((self.answer or {}).get("text") or "")
 
     @property
+    def last_sampled_text(self) -> str:
+        """The text of the model's last sampled turn ("" when it sampled none): the reply an
+        episode cut by the token limit never handed to its environment."""
+        for trajectory in reversed(self.trajectories):
+            segments = trajectory.policy_segments()
+            if segments:
+                return segments[-1].text or ""
+        return ""
+
+    @property
     def info(self) -> dict[str, Any]:
         """The last step's ``info`` (what the environment said when the episode ended)."""
         return dict((self.steps[-1].get("info") or {}) if self.steps else {})

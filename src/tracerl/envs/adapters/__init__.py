@@ -5,4 +5,7 @@ Each adapter lives in its own module, imports its standard's package only when i
 
 * `reasoning_gym` — a reasoning-gym task family (``pip install 'tracerl[reasoning-gym]'``):
   its generator as seeded, disjoint splits, its own ``score_answer`` as the verifier.
+* `openenv` — an OpenEnv environment (``pip install 'tracerl[openenv]'``; openenv-core and
+  the servers in ``.venv-openenv``: ``make openenv``): a server tracerl starts before the
+  first episode (or one running), a session per episode, its step reward as the reward.
 """

@@ -275,11 +275,7 @@ def _reply(ctx: RewardContext) -> str:
     recorded = (ctx.answer or {}).get("reply")
     if isinstance(recorded, str):
         return recorded
-    for trajectory in reversed(ctx.trajectories):
-        segments = trajectory.policy_segments()
-        if segments:
-            return segments[-1].text or ""
-    return ctx.answer_text
+    return ctx.last_sampled_text or ctx.answer_text
 
 
 # ---- generators and pools, built once per process -----------------------------------------

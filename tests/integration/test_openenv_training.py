@@ -1,0 +1,88 @@
+"""An OpenEnv environment from a config alone: `tracerl check-env` passes on it, and the
+example config trains a tiny model for two steps, each episode a session of its own on the
+server tracerl started (before the first episode, stopped at the end), scored by the
+environment's own step reward, evaluated on held-out seeds, its receipts naming
+openenv-core's release."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.openenv_arith import openenv_python
+from tests.ownpkg import tracerl
+from tracerl.config.loading import load_config
+from tracerl.envs.adapters.openenv import stop_all
+from tracerl.rollout.persist import read_run_trajectories
+from tracerl.train.loop import train
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "openenv_arith.yaml"
+TINY = [
+    "model.spec=tiny-random",
+    "trainer.steps=2",
+    "trainer.group_size=2",
+    "env.tasks_per_step=2",
+    "env.eval_tasks=2",
+    "env.kwargs.train_size=50",
+    "env.kwargs.heldout_size=20",
+    "rollout.max_turn_tokens=8",
+    "model.max_batch_size=8",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers():
+    """Skips the module without openenv-core; stops the servers its tests start."""
+    openenv_python()
+    yield
+    stop_all()
+
+
+def test_check_env_passes_on_the_openenv_config():
+    result = tracerl("check-env", "--config", str(CONFIG), cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "splits: train, heldout" in result.stdout and "FAIL" not in result.stdout
+    assert "reward: attribution, openenv_reward; scripted episodes 2/2" in result.stdout
+
+
+def test_the_example_config_trains_a_tiny_model_for_two_steps(tmp_path):
+    cfg = load_config(CONFIG, [f"out_dir={tmp_path}", *TINY])
+    train(cfg, log=lambda _: None)
+    run = cfg.run_dir
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("phase") == "train"] == [0, 1]
+    assert any("train/reward/openenv_reward" in r for r in rows)
+    assert any("eval/heldout/success_rate" in r for r in rows)
+    trajs = [t for _, t in read_run_trajectories(run)]
+    assert len(trajs) == 8  # 2 steps x 2 tasks x 2 members
+    release = openenv_version()
+    for t in trajs:
+        r = t.receipt
+        assert r["env"]["name"] == "openenv"
+        assert r["env"]["version"] == f"1.0/openenv-core-{release}/ArithEnvironment-1.0.0"
+        (service,) = r["env"]["services"]
+        assert service["protocol"] == "openenv-ws" and service["openenv_core"] == release
+        assert r["task"]["split"] == "train" and r["task"]["reset"]["seed"] < 50
+        (scored,) = [c for c in t.reward["components"] if c["name"] == "openenv_reward"]
+        assert scored["decided"] and t.reward["attribution"] == "policy"
+        if r["stop_reason"] == "answered":  # each episode its own session, reset with its id
+            state = {"episode_id": r["episode_id"], "step_count": 1}
+            assert r["final_state"]["openenv_state"] == state
+        else:  # a random model's reply the token limit cut is no action: 0, the policy's
+            assert r["stop_reason"] == "max_tokens" and scored["value"] == 0.0
+            assert scored["evidence"]["why"] == "no action reached the environment"
+    evaluated = [t for _, t in read_run_trajectories(run / "eval")]
+    assert evaluated and all(t.receipt["task"]["split"] == "heldout" for t in evaluated)
+    assert all(t.receipt["task"]["reset"]["seed"] >= 5_000_000 for t in evaluated)
+
+
+def openenv_version() -> str:
+    import subprocess
+
+    code = "import importlib.metadata as m; print(m.version('openenv-core'))"
+    return subprocess.run(
+        [openenv_python(), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
