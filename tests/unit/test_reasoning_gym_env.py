@@ -155,6 +155,19 @@ def test_answers_are_read_the_way_reasoning_gym_reads_them():
     for reply in ("<answer>1</answer> then <answer> 2 </answer>", "x <answer>\n-3\n</answer>"):
         assert extract_answer(reply) == theirs(reply)
     assert extract_answer("42") is None and extract_answer("42", "reply") == "42"
+    # number: tags first, else the reply's last number (a numeric family's flexible extract)
+    assert extract_answer("4 + 9 = 13", "number") == "13"
+    assert extract_answer("-3.5 is it, not 2.", "number") == "2"
+    assert extract_answer("<answer>7</answer> or 8", "number") == "7"
+    assert extract_answer("no digits here", "number") is None
+
+
+def test_a_numeric_reply_is_scored_on_its_last_number():
+    env = _env(answer_format="number")
+    task = env.sample_tasks(1)[0]
+    assert _score(env, task, f"so the sum is {task['answer']}").succeeded
+    assert not _score(env, task, f"{task['answer']} is not it: 99999").succeeded
+    assert "a number" in asyncio.run(env.reset(task, 0))[0]["content"]
 
 
 def test_a_crashing_scorer_is_the_evaluators_fault(monkeypatch):

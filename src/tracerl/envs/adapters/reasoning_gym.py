@@ -9,7 +9,7 @@ fields of its config dataclass, but ``seed`` and ``size``: the splits own them).
 the model's one reply is its answer. The prompt is the generated question and one line on the
 answer format; the answer is read from the reply the way reasoning-gym's own evaluations read
 it (the last ``<answer>...</answer>``; ``answer_format: reply`` also takes a reply without
-tags, whole). A reply with no answer scores 0, the policy's.
+tags, whole, and ``number`` its last number). A reply with no answer scores 0, the policy's.
 
 Splits: ``train`` and ``heldout``, each drawn from the generator with its own fixed seed
 (derived from the dataset, the split and `seed`), ``train_size`` and ``heldout_size`` items,
@@ -56,6 +56,7 @@ RESERVED = ("seed", "size")
 INSTRUCTIONS = {
     "tag": "Give only your final answer, between <answer> and </answer> tags.",
     "reply": "Reply with the final answer only.",
+    "number": "End your reply with the final answer, a number.",
 }
 """The line after the question, by `answer_format` (``instruction`` replaces it)."""
 
@@ -68,6 +69,7 @@ components:
 
 log = logging.getLogger("tracerl")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 class MissingExtra(UserError, ImportError):
@@ -96,13 +98,17 @@ def reasoning_gym_version() -> str:
 
 def extract_answer(reply: str, answer_format: str = "tag") -> str | None:
     """The answer in a model's reply: the text of its last ``<answer>...</answer>``, stripped
-    (reasoning-gym's convention); in ``reply`` format, the whole reply when it has no tags.
-    None when there is none (no tags, or empty ones)."""
+    (reasoning-gym's convention); in ``reply`` format, the whole reply when it has no tags;
+    in ``number`` format, the last number in it when it has none (the "flexible extract" of
+    numeric benchmarks: ``4 + 9 = 13`` answers 13). None when there is none."""
     found = _ANSWER.findall(reply or "")
     if found:
         text = found[-1].strip()
     elif answer_format == "reply":
         text = (reply or "").strip()
+    elif answer_format == "number":
+        numbers = _NUMBER.findall(reply or "")
+        text = numbers[-1] if numbers else ""
     else:
         return None
     return text or None
@@ -137,8 +143,9 @@ class ReasoningGym(ToolEnv):
             seed: picks the splits' generator seeds (a different seed, different questions).
             train_size: questions generated for ``train`` (repeats dropped).
             heldout_size: questions generated for ``heldout`` (training questions dropped).
-            answer_format: ``tag`` (the answer is the last ``<answer>...</answer>``) or
-                ``reply`` (the same, or the whole reply when it has no tags).
+            answer_format: ``tag`` (the answer is the last ``<answer>...</answer>``),
+                ``reply`` (the same, or the whole reply when it has no tags) or ``number``
+                (the same, or the reply's last number: numeric families).
             instruction: the line after each question (default: the format's).
             side_effect_guard: as every `ToolEnv`'s (no tools here: nothing to guard).
         """
@@ -258,7 +265,7 @@ class ReasoningGym(ToolEnv):
             "gold": None if gold is None else str(gold)[:200],
         }
         if answer is None:
-            where = "<answer>...</answer>" if self.answer_format == "tag" else "text"
+            where = {"tag": "<answer>...</answer>", "number": "number"}.get(self.answer_format, "text")
             return Score(0.0, {**evidence, "reply": reply[-200:], "why": f"no {where}"})
         entry = self.entry(ctx.task)
         source = ctx.task["source"]
