@@ -87,7 +87,7 @@ class Recording:
         return result
 
 
-def episodes(factory, tasks, sampler, bundle, seeds=(0, 1)):
+def episodes(factory, tasks, sampler, bundle, seeds=(0, 1), cfg=CFG):
     policy = Policy(sampler, bundle.renderer, get_parser("json_list"), bundle.spec)
 
     async def go():
@@ -95,7 +95,7 @@ def episodes(factory, tasks, sampler, bundle, seeds=(0, 1)):
             backend = AgentBackend(AGENT, gateway, timeout_s=120)
             runs = [
                 backend.run_episode(
-                    factory, t, policy, CFG, seed=s, episode_id=f"{t['id']}:s{s}:g0"
+                    factory, t, policy, cfg, seed=s, episode_id=f"{t['id']}:s{s}:g0"
                 )
                 for t in tasks
                 for s in seeds
@@ -173,6 +173,42 @@ def test_a_real_samplers_tokens_are_recorded_verbatim(bundle):
         if ep.stop_reason is StopReason.ANSWERED:
             returned = ep.receipt.agent["returned"]
             assert returned["messages"][-1]["content"] == policy_text(ep, bundle)
+
+
+def test_a_taskset_with_tools_runs_them_and_their_output_carries_no_loss(bundle):
+    """vf-lookup serves a `lookup` tool over MCP (verifiers starts the server); the model
+    calls it, then answers with what it returned."""
+
+    def factory():
+        return make("verifiers", taskset="vf-lookup", path=[FAULTY], heldout=0.25)
+
+    tasks = factory().sample_tasks(2)
+    names = {t["id"]: t["data"]["name"] for t in tasks}
+
+    def turn(req: SampleRequest) -> str:
+        name = names[req.episode_id.split(":")[0]]
+        if req.turn == 0:
+            call = [{"name": "codes_lookup", "arguments": {"name": name}}]
+            return f"<tool_call>{json.dumps(call)}</tool_call>"
+        return {"alpha": "7", "bravo": "3", "charlie": "9", "delta": "1"}[name]
+
+    sampler = Recording(ScriptedSampler.from_texts(bundle.renderer, turn))
+    cfg = RolloutConfig(budgets=Budgets(steps=3), reserve=None, max_turn_tokens=96)
+    for ep in episodes(factory, tasks, sampler, bundle, seeds=(0,), cfg=cfg):
+        assert ep.stop_reason is StopReason.ANSWERED, ep.receipt.error
+        assert ep.attribution is Attribution.POLICY
+        traj = ep.trajectories[-1]
+        assert [list(s.token_ids) for s in traj.policy_segments()] == sampler.sampled[ep.episode_id]
+        returned = ep.receipt.agent["returned"]
+        code = returned["messages"][-1]["content"]
+        # the tool's result reached the model as environment tokens, without loss
+        env_segments = [s for s in traj.segments if s.source is Source.ENVIRONMENT]
+        assert env_segments and code in "".join(s.text for s in env_segments)
+        assert not any(
+            traj.loss_mask[i] for i, s in enumerate(traj.sources) if s is Source.ENVIRONMENT
+        )
+        assert ep.steps[0]["calls"][0]["action"]["tool"] == "codes_lookup"
+        assert returned["reward"] == 1.0 and resolve_reward(None, None, factory())(ep).total == 1.0
 
 
 def faulty(fail: str):

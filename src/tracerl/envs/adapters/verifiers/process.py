@@ -165,6 +165,8 @@ class WorkerProcess:
                 return out
 
         def settle(done: concurrent.futures.Future[dict[str, Any]]) -> None:
+            if out.done():  # the caller gave up on it (a cancelled episode)
+                return
             error = done.exception()
             if error is not None:
                 out.set_exception(error)

@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 import traceback
@@ -292,7 +293,15 @@ def main() -> None:
     # verifiers' harnesses run their programs with uv: this environment's own, never one it
     # would otherwise install into the user's home
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    sys.path[:0] = [os.path.abspath(p) for p in spec.get("path") or []]
+    paths = [os.path.abspath(p) for p in spec.get("path") or []]
+    sys.path[:0] = paths
+    # ... and for the processes verifiers starts (a taskset's tool servers: python -m ...)
+    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])
+    logging.basicConfig(
+        level=os.environ.get("TRACERL_VERIFIERS_LOG_LEVEL", "WARNING"),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         worker = Worker(spec)
     except Exception as e:
