@@ -265,7 +265,8 @@ class ReasoningGym(ToolEnv):
             "gold": None if gold is None else str(gold)[:200],
         }
         if answer is None:
-            where = {"tag": "<answer>...</answer>", "number": "number"}.get(self.answer_format, "text")
+            where = {"tag": "<answer>...</answer>", "number": "number"}
+            where = where.get(self.answer_format, "text")
             return Score(0.0, {**evidence, "reply": reply[-200:], "why": f"no {where}"})
         entry = self.entry(ctx.task)
         source = ctx.task["source"]
