@@ -70,6 +70,8 @@ components:
 log = logging.getLogger("tracerl")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_WHAT_IS_MISSING = {"tag": "<answer>...</answer>", "number": "number"}
+"""What a reply without an answer lacks, by format (the evidence's ``why``)."""
 
 
 class MissingExtra(UserError, ImportError):
@@ -265,8 +267,7 @@ class ReasoningGym(ToolEnv):
             "gold": None if gold is None else str(gold)[:200],
         }
         if answer is None:
-            where = {"tag": "<answer>...</answer>", "number": "number"}
-            where = where.get(self.answer_format, "text")
+            where = _WHAT_IS_MISSING.get(self.answer_format, "text")
             return Score(0.0, {**evidence, "reply": reply[-200:], "why": f"no {where}"})
         entry = self.entry(ctx.task)
         source = ctx.task["source"]
