@@ -51,6 +51,16 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# A virtual environment for a package whose pins clash with ours (openenv-core, verifiers):
+# $(call side_venv,DIR,PINS,IMPORT CHECK) makes DIR, installs PINS, runs the check, stamps.
+define side_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet $(2)
+	$(1)/bin/python -c "$(3)"
+	touch $(1)/.tracerl-installed
+endef
+
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
@@ -63,20 +73,12 @@ $(VLLM_STAMP):
 vllm: $(VLLM_STAMP)
 
 $(OPENENV_STAMP):
-	$(PYTHON) -m venv $(OPENENV_VENV)
-	$(OPENENV_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(OPENENV_VENV)/bin/python -m pip install --quiet $(OPENENV_PIN)
-	$(OPENENV_VENV)/bin/python -c "import openenv.core.env_server, uvicorn"
-	touch $(OPENENV_STAMP)
+	$(call side_venv,$(OPENENV_VENV),$(OPENENV_PIN),import openenv.core.env_server; import uvicorn)
 
 openenv: $(OPENENV_STAMP)
 
 $(VERIFIERS_STAMP):
-	$(PYTHON) -m venv $(VERIFIERS_VENV)
-	$(VERIFIERS_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VERIFIERS_VENV)/bin/python -m pip install --quiet $(VERIFIERS_PIN)
-	$(VERIFIERS_VENV)/bin/python -c "import verifiers.v1"
-	touch $(VERIFIERS_STAMP)
+	$(call side_venv,$(VERIFIERS_VENV),$(VERIFIERS_PIN),import verifiers.v1)
 
 verifiers: $(VERIFIERS_STAMP)
 
