@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tracerl.envs import make
-from tracerl.envs.adapters.verifiers import AGENT, prompt_messages
+from tracerl.envs.adapters.verifiers import AGENT, prompt_messages, rubric_score
 from tracerl.envs.adapters.verifiers.process import running_worker, verifiers_python
 from tracerl.envs.parsers import get_parser
 from tracerl.errors import UserError
@@ -164,15 +164,20 @@ def test_recorded_tokens_are_the_sampled_ones_and_the_reward_is_verifiers_own(bu
 
 
 def test_a_real_samplers_tokens_are_recorded_verbatim(bundle):
-    tasks = last_digit().sample_tasks(2, seed=5)
+    env = last_digit()
+    tasks, reward = env.sample_tasks(2, seed=5), resolve_reward(None, None, env)
     sampler = Recording(BatchedHFSampler(bundle.model, temperature=1.0, seed=0))
-    for ep in episodes(last_digit, tasks, sampler, bundle):
+    eps = episodes(last_digit, tasks, sampler, bundle)
+    for ep in eps:
         assert ep.attribution is Attribution.POLICY, ep.receipt.error
         traj = ep.trajectories[-1]
         assert [list(s.token_ids) for s in traj.policy_segments()] == sampler.sampled[ep.episode_id]
-        if ep.stop_reason is StopReason.ANSWERED:
-            returned = ep.receipt.agent["returned"]
-            assert returned["messages"][-1]["content"] == policy_text(ep, bundle)
+        # however it ended (answered, or cut by the token limit), verifiers saw the reply
+        # those tokens decode to, and its rubric's number is the reward
+        returned = ep.receipt.agent["returned"]
+        assert returned["messages"][-1]["content"] == policy_text(ep, bundle)
+        assert reward(ep).total == pytest.approx(returned["reward"])
+    assert {StopReason.ANSWERED, StopReason.MAX_TOKENS} & {e.stop_reason for e in eps}
 
 
 def test_a_taskset_with_tools_runs_them_and_their_output_carries_no_loss(bundle):
@@ -237,6 +242,34 @@ def test_a_crashing_rubric_is_the_evaluators_and_a_failing_setup_the_environment
     [ep, _] = episodes(setup, setup().sample_tasks(1), scripted(bundle), bundle)
     assert ep.attribution is Attribution.ENVIRONMENT and not ep.gradient_eligible
     assert "database is down" in ep.receipt.error
+
+    # verifiers' own deadline for the agent expires: a stop it scores, never the policy's
+    deadline = faulty("deadline")
+    [ep, _] = episodes(deadline, deadline().sample_tasks(1), scripted(bundle), bundle)
+    assert ep.attribution is Attribution.ENVIRONMENT and not ep.gradient_eligible
+    assert "deadline" in ep.receipt.error
+
+
+def test_scoring_without_the_tasks_runtime_leaves_rewards_unscored_not_dropped():
+    """verifiers skips a reward that needs the task's runtime when it scores offline (a
+    native episode): the total would silently lack it, so the episode is undecided."""
+    env = faulty("none")()
+    task = env.sample_tasks(1)[0]
+    reply = {"role": "assistant", "content": task["data"]["answer"]}
+    result = (
+        running_worker(env.key)
+        .request(
+            "score",
+            split=task["split"],
+            index=task["index"],
+            key=task["key"],
+            messages=[*prompt_messages(task["data"]), reply],
+        )
+        .result(60)
+    )
+    assert result["unscored"] == ["in_the_box"] and result["reward"] is None
+    with pytest.raises(RuntimeError, match="unscored: in_the_box"):
+        rubric_score(result)
 
 
 def test_a_dead_worker_is_an_outage_and_the_next_episode_starts_a_new_one(bundle):

@@ -551,3 +551,28 @@ def test_an_episode_cannot_read_or_list_other_sessions(bundle):
             return listed.status_code, by_id.status_code, by_key.status_code
 
     assert asyncio.run(go()) == (404, 404, 200)
+
+
+def test_set_up_runs_before_the_agents_clock_and_its_failure_is_the_environments(bundle):
+    """`Env.prepare()` (an index, a worker process) runs before the agent is called, as for
+    native episodes: a failing one makes the episode the environment's, the agent never
+    runs."""
+
+    class Down(Adder):
+        def prepare(self) -> None:
+            raise ConnectionError("the index server is down")
+
+    async def go(env_cls, timeout_s):
+        policy = scripted(bundle, {0: CALL, 1: "The sum is 5."})
+        with Gateway(policy.model_id) as gateway:
+            backend = AgentBackend("tests.agents:solve", gateway, timeout_s=timeout_s)
+            return await backend.run_episode(
+                env_cls, TASK, policy, CFG, seed=7, episode_id="prep:s7:g0"
+            )
+
+    down = asyncio.run(go(Down, 60.0))
+    assert down.stop_reason is StopReason.INFRA_FAILURE
+    assert down.attribution is Attribution.ENVIRONMENT and not down.gradient_eligible
+    assert "prepare failed: ConnectionError: the index server is down" in down.receipt.error
+    assert down.receipt.agent["requests"] == 0
+    assert asyncio.run(go(Adder, 60.0)).stop_reason is StopReason.ANSWERED

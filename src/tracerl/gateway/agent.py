@@ -45,7 +45,13 @@ from typing import Any
 
 from tracerl.envs.base import Env
 from tracerl.errors import UserError
-from tracerl.gateway.harness import AgentOutcome, AgentThread, import_openai, load_agent
+from tracerl.gateway.harness import (
+    AgentOutcome,
+    AgentThread,
+    import_openai,
+    load_agent,
+    wants_url,
+)
 from tracerl.gateway.server import Gateway
 from tracerl.gateway.session import GatewaySession, new_token
 from tracerl.imports import load_object
@@ -79,7 +85,8 @@ class AgentBackend:
         self.entry = entry
         self.engine = engine  # what samples (`tracerl.engines`): it gets every update
         self.fn = load_agent(entry)
-        import_openai()
+        if not wants_url(self.fn):  # it gets an openai SDK client (one that makes its own: not)
+            import_openai()
         self.gateway = gateway
         self.timeout_s = timeout_s
         self.policy_exceptions = policy_exceptions

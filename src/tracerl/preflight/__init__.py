@@ -237,11 +237,11 @@ def prepare(cfg: RunConfig) -> Prepared:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
     if cfg.agent is not None:  # the agent loads, the openai SDK is there, the classes exist
         from tracerl.gateway.agent import policy_exception_types
-        from tracerl.gateway.harness import import_openai, load_agent
+        from tracerl.gateway.harness import import_openai, load_agent, wants_url
 
         try:
-            load_agent(cfg.agent.entry)
-            import_openai()
+            if not wants_url(load_agent(cfg.agent.entry)):  # it gets an openai SDK client
+                import_openai()
             policy_exception_types(cfg.agent.policy_exceptions)
         except UserError as e:
             raise _fail("agent", e) from e

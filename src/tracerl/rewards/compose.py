@@ -83,6 +83,10 @@ class RewardContext:
     final_state: dict[str, Any] = field(default_factory=dict)
     """The world when the episode ended, read before the environment closed (the
     receipt's ``final_state``: for an MCP server, ``{server: {key: result text}}``)."""
+    agent: dict[str, Any] = field(default_factory=dict)
+    """What the agent harness of a gateway episode reported (the receipt's ``agent``: its
+    ``entry``, what it ``returned`` however the episode ended, its ``exception``); empty for
+    tracerl's own episodes."""
 
     @property
     def scoped_steps(self) -> list[dict[str, Any]]:
@@ -138,6 +142,7 @@ class RewardContext:
             trajectories=tuple(trajectories),
             final_state=receipt.get("final_state") or {},
             policy_version=receipt.get("policy_version"),
+            agent=receipt.get("agent") or {},
         )
 
 

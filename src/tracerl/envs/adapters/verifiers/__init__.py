@@ -40,7 +40,7 @@ import json
 import random
 from typing import Any
 
-from tracerl.envs.adapters.verifiers.process import spec_key, worker_for
+from tracerl.envs.adapters.verifiers.process import running_worker, spec_key, worker_for
 from tracerl.envs.base import Message, StepResult, ToolEnv
 from tracerl.envs.parsers import Action
 from tracerl.errors import UserError
@@ -50,7 +50,7 @@ AGENT = "tracerl.envs.adapters.verifiers.agent:solve"
 """The agent that plays this environment under training (verifiers' harness, through the
 gateway)."""
 SPLITS = ("train", "heldout")
-SCORE_TIMEOUT_S = 120.0
+SCORE_TIMEOUT_S = 30.0
 VERIFIERS_REWARD = """
 components:
   - {name: attribution, fn: attribution_label, layer: attribution, weight: 0.0}
@@ -201,31 +201,27 @@ class Verifiers(ToolEnv):
 
     # ---- the verifier ---------------------------------------------------------------------
     def reward(self, ctx: RewardContext) -> Score:
-        """verifiers' rubric: from the rollout when the harness played the episode (its
-        rewards, computed there), else scored now by verifiers on the episode's messages."""
-        answer = ctx.answer if isinstance(ctx.answer, dict) else {}
-        if "rewards" not in answer:
-            # a native episode (its messages), or one whose last reply the token limit cut
-            # (never handed over as an answer): verifiers scores what the model wrote
-            task = ctx.task
-            messages = answer.get("messages") or [
-                *prompt_messages(task["data"]),
-                {"role": "assistant", "content": ctx.last_sampled_text},
-            ]
-            future = self.worker().request(
-                "score",
-                split=task["split"],
-                index=task["index"],
-                key=task["key"],
-                messages=messages,
-            )
-            try:
-                answer = future.result(SCORE_TIMEOUT_S)
-            except concurrent.futures.TimeoutError:
-                raise TimeoutError(
-                    f"verifiers did not score within {SCORE_TIMEOUT_S:g} s"
-                ) from None
-        return rubric_score(answer)
+        """verifiers' rubric: the scores verifiers computed in the episode's rollout (however
+        the episode ended: a reply the token limit cut is scored as verifiers saw it), else,
+        for a native episode (check-env, a rehearsal), verifiers scoring its messages now."""
+        for found in (ctx.answer, ctx.agent.get("returned")):
+            if isinstance(found, dict) and "rewards" in found:
+                return rubric_score(found)
+        messages = (ctx.answer or {}).get("messages")
+        if not messages:
+            raise RuntimeError("verifiers computed no scores for this episode (no rollout)")
+        worker = running_worker(self.key)  # never started here: scoring must not wait on it
+        if worker is None:
+            raise RuntimeError("verifiers' worker is not running: the rubric cannot score")
+        task = ctx.task
+        future = worker.request(
+            "score", split=task["split"], index=task["index"], key=task["key"], messages=messages
+        )
+        try:
+            return rubric_score(future.result(SCORE_TIMEOUT_S))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"verifiers did not score within {SCORE_TIMEOUT_S:g} s") from None
 
 
 def prompt_messages(data: dict[str, Any]) -> list[Message]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import hashlib
 import itertools
 import json
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,10 @@ PIP = (
     ".venv-verifiers/bin/pip install verifiers==0.4.0 uv)"
 )
 START_TIMEOUT_S = 300.0
+STOP_GRACE_S = 5.0
+FAILED_START_S = 60.0
+"""How long a configuration whose worker failed to start fails fast, before it is tried again
+(every episode's `prepare` would otherwise pay for the failed start again)."""
 WORKER = Path(__file__).with_name("worker.py")
 
 
@@ -74,6 +80,7 @@ class WorkerProcess:
         self.spec, self.log = spec, log
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
+        self.write_lock = threading.Lock()
         self.pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
         self.dead: str | None = None
         self.stderr_tail: deque[str] = deque(maxlen=40)
@@ -148,21 +155,19 @@ class WorkerProcess:
         raises: `WorkerDied` (an outage), or `RuntimeError` with the worker's error."""
         answer: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         out: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        with self.lock:
+        with self.lock:  # registered before it is sent: its answer cannot come first
             if self.dead is not None:
                 out.set_exception(WorkerDied(self.dead))
                 return out
             rid = next(self.ids)
             self.pending[rid] = answer
-            line = json.dumps({"id": rid, "op": op, **fields}) + "\n"
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(line)
-                self.proc.stdin.flush()
-            except (OSError, ValueError) as e:
+        try:  # written outside `lock`: the reader settling answers never waits on a full pipe
+            self._write({"id": rid, "op": op, **fields})
+        except (OSError, ValueError) as e:
+            with self.lock:
                 self.pending.pop(rid, None)
-                out.set_exception(WorkerDied(f"the verifiers worker is gone: {e}"))
-                return out
+            out.set_exception(WorkerDied(f"the verifiers worker is gone: {e}"))
+            return out
 
         def settle(done: concurrent.futures.Future[dict[str, Any]]) -> None:
             if out.done():  # the caller gave up on it (a cancelled episode)
@@ -175,24 +180,42 @@ class WorkerProcess:
             else:
                 out.set_result(message["result"])
 
+        def given_up(done: concurrent.futures.Future[dict[str, Any]]) -> None:
+            if done.cancelled() and not answer.done():  # stop the rollout in the worker
+                with contextlib.suppress(OSError, ValueError):
+                    self._write({"op": "cancel", "target": rid})
+
         answer.add_done_callback(settle)
+        out.add_done_callback(given_up)
         return out
+
+    def _write(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        with self.write_lock:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
 
     def alive(self) -> bool:
         return self.dead is None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """Close its stdin (it stops serving and verifiers closes what it started), then
+        terminate, then kill: each step gets a few seconds."""
+        with contextlib.suppress(OSError, ValueError), self.write_lock:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        for action in (None, self.proc.terminate, self.proc.kill):
+            if self.proc.poll() is not None:
+                return
+            if action is not None:
+                action()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(STOP_GRACE_S)
 
 
 _WORKERS: dict[str, WorkerProcess] = {}
 _START_LOCK = threading.Lock()
+_FAILED: dict[str, tuple[float, str]] = {}
 
 
 def spec_key(spec: dict[str, Any]) -> str:
@@ -208,16 +231,26 @@ def running_worker(key: str) -> WorkerProcess | None:
 
 def worker_for(spec: dict[str, Any], python: str | None = None) -> WorkerProcess:
     """The running worker for `spec` (started on first use, once per process): a worker
-    that died is started again on the next call."""
+    that died is started again on the next call; one that failed to start fails fast, with
+    the same error, for `FAILED_START_S`."""
     key = spec_key(spec)
     with _START_LOCK:
         worker = _WORKERS.get(key)
         if worker is not None and worker.alive():
             return worker
+        if (failed := _FAILED.get(key)) is not None and time.monotonic() - failed[
+            0
+        ] < FAILED_START_S:
+            raise WorkerDied(failed[1])
         from tracerl.cache import cache_dir
 
         log = cache_dir() / "verifiers" / f"worker-{os.getpid()}-{len(_WORKERS)}.log"
-        worker = WorkerProcess(verifiers_python(python), spec, log)
+        try:
+            worker = WorkerProcess(verifiers_python(python), spec, log)
+        except WorkerDied as e:
+            _FAILED[key] = (time.monotonic(), str(e))
+            raise
+        _FAILED.pop(key, None)
         _WORKERS[key] = worker
         return worker
 

@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
+import inspect
 import json
 import logging
 import os
+import re
+import signal
 import sys
 import traceback
 from typing import Any
@@ -41,6 +45,9 @@ SESSION_HEADER = "X-Tracerl-Session"
 KEY_VAR = "TRACERL_VERIFIERS_KEY"
 """The env var verifiers' client reads its API key from: the gateway finds the episode by
 the session header, so the key is only a placeholder."""
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]  # this folder (tracerl's agent.py, process.py) must not shadow a taskset's
 
 _out = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)  # a library's print goes to stderr, never into the protocol
@@ -97,6 +104,12 @@ class Worker:
             self.tasks["train"] = [t for t, h in zip(everything, held, strict=True) if not h]
             self.tasks["heldout"] = [t for t, h in zip(everything, held, strict=True) if h]
         env = self.envs["train"]
+        if len(env._agent_specs) != 1:
+            raise ValueError(
+                f"{type(env).__name__} seats {len(env._agent_specs)} agents "
+                f"({', '.join(env._agent_specs)}); tracerl trains environments with one: every "
+                "seat's model calls would be recorded as the policy's"
+            )
         self.harness = next(iter(env._harnesses.values()))
         if self.harness.EXECUTES_CODE and not spec.get("allow_local_execution"):
             raise PermissionError(
@@ -173,11 +186,14 @@ class Worker:
         # No sampling settings: the run's own (temperature, the turn's token limit) apply
         ctx = self.vf.ModelContext(model=request.get("model") or "policy", client=client)
         episode = await self.envs[split].run_episode(task, ctx)
-        trace = episode.traces[-1] if episode.traces else None
-        errors = [_error(e, "episode") for e in episode.errors]
-        if trace is None:
+        errors = [_error(e) for e in episode.errors]
+        if len(episode.traces) != 1:
+            errors.append(_failure(f"the episode has {len(episode.traces)} traces, not one"))
             return {"ok": False, "errors": errors, "reward": None}
-        errors += [_error(e, "trace") for e in trace.errors]
+        trace = episode.traces[0]
+        errors += [_error(e) for e in trace.errors]
+        if trace.is_timeout or episode.is_timeout:  # a stage deadline: not the model's doing
+            errors.append(_failure(f"verifiers' deadline expired ({trace.stop_condition})"))
         return {**_scores(trace), "ok": episode.ok, "errors": errors, **_transcript(trace)}
 
     async def score(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -203,26 +219,47 @@ class Worker:
         )
         try:
             await task.score(trace)
-        except Exception as e:  # the rubric raised: verifiers records it as a TaskError
+        except Exception as e:  # the rubric raised (verifiers' TaskError, "task X scoring: ...")
             trace.errors.append(self.vf.Error(type=type(e).__name__, message=str(e)))
-        errors = [_error(e, "trace") for e in trace.errors]
-        return {**_scores(trace), "ok": not errors, "errors": errors, **_transcript(trace)}
+        errors = [_error(e) for e in trace.errors]
+        scores = _scores(trace)
+        # rewards that need the task's runtime are skipped offline: unscored, never dropped
+        missing = [fn.__name__ for fn in task.hooks("reward") if _needs_runtime(fn)]
+        missing += [j.reward_name for j in task.plugged_judges() if _needs_runtime(j.score)]
+        if missing:
+            scores["unscored"] = [*scores["unscored"], *missing]
+            scores["reward"] = None
+        return {**scores, "ok": not errors, "errors": errors, **_transcript(trace)}
 
 
-def _error(error: Any, where: str) -> dict[str, Any]:
+SCORING = re.compile(r"task \w+ scoring(:| timed out)")
+"""How verifiers names a crash in a task's scoring (`boundary(TaskError, "task X scoring")`)."""
+
+
+def _error(error: Any) -> dict[str, Any]:
     """verifiers' error record, with whose it is: a crash in the task's scoring (its rewards
-    and metrics) is the evaluator's; anything else (the harness, its program, the tools,
-    the runtime, the taskset's setup) the environment's. A model call the gateway refused
-    comes back as a provider error: tracerl knows why from its own session."""
+    and metrics) is the evaluator's; a model call that failed is the gateway's to explain
+    (tracerl's session knows why: a budget spent, the sampler down); anything else (the
+    harness, its program, the tools, the runtime, the task's set-up) the environment's."""
     kind = getattr(error, "type", "") or ""
     message = getattr(error, "message", "") or ""
-    if kind == "TaskError" and "scoring" in message:
+    if kind == "TaskError" and SCORING.match(message):
         owner = "evaluator"
     elif kind in ("ProviderError", "InterceptionError"):
         owner = "model_call"
     else:
         owner = "environment"
-    return {"type": kind, "message": message[:2000], "owner": owner, "where": where}
+    return {"type": kind, "message": message[:2000], "owner": owner}
+
+
+def _needs_runtime(fn: Any) -> bool:
+    """Whether verifiers skips this reward when it scores without a runtime (as it decides)."""
+    parameter = inspect.signature(fn).parameters.get("runtime")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def _failure(message: str) -> dict[str, Any]:
+    return {"type": "RolloutError", "message": message, "owner": "environment"}
 
 
 def _scores(trace: Any) -> dict[str, Any]:
@@ -253,7 +290,11 @@ async def serve(worker: Worker) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2**26)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    pending: set[asyncio.Task[None]] = set()
+
+    running: dict[Any, asyncio.Task[None]] = {}
+
+    def forget(rid: Any, _: asyncio.Task[None]) -> None:
+        running.pop(rid, None)
 
     async def answer(request: dict[str, Any]) -> None:
         rid = request.get("id")
@@ -281,11 +322,17 @@ async def serve(worker: Worker) -> None:
         while line := await reader.readline():
             if not line.strip():
                 continue
-            task = asyncio.create_task(answer(json.loads(line)))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        for task in list(pending):
+            request = json.loads(line)
+            if request.get("op") == "cancel":  # tracerl gave the episode up: stop its rollout
+                if (target := running.get(request.get("target"))) is not None:
+                    target.cancel()
+                continue
+            rid = request.get("id")
+            running[rid] = task = asyncio.create_task(answer(request))
+            task.add_done_callback(functools.partial(forget, rid))
+        for task in list(running.values()):
             task.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)
 
 
 def main() -> None:
@@ -313,7 +360,11 @@ def main() -> None:
             }
         )
         raise SystemExit(1) from None
-    asyncio.run(serve(worker))
+    # tracerl stops a worker by closing its stdin (the serve loop ends, verifiers' servers
+    # close); SIGTERM unwinds the same way rather than orphaning them
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(worker))
 
 
 if __name__ == "__main__":
