@@ -1,12 +1,16 @@
 """An OpenEnv environment from a config alone: `tracerl check-env` passes on it, and the
 example config trains a tiny model for two steps, each episode a session of its own on the
-server tracerl started (before the first episode, stopped at the end), scored by the
-environment's own step reward, evaluated on held-out seeds, its receipts naming
+server tracerl started (once, before the first episode; stopped at the end: when the
+process exits, which `tracerl check-env` shows, and by the exit hook in process), scored by
+the environment's own step reward, evaluated on held-out seeds, its receipts naming
 openenv-core's release."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,16 +45,24 @@ def servers():
     stop_all()
 
 
-def test_check_env_passes_on_the_openenv_config():
+def test_check_env_passes_on_the_openenv_config(monkeypatch):
+    mark = _mark()
+    monkeypatch.setenv("TRACERL_TEST_MARK", mark)  # the server it starts inherits it
     result = tracerl("check-env", "--config", str(CONFIG), cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "splits: train, heldout" in result.stdout and "FAIL" not in result.stdout
     assert "reward: attribution, openenv_reward; scripted episodes 2/2" in result.stdout
+    assert _gone(mark), "the server check-env started outlived it"
 
 
 def test_the_example_config_trains_a_tiny_model_for_two_steps(tmp_path):
-    cfg = load_config(CONFIG, [f"out_dir={tmp_path}", *TINY])
+    mark = _mark()
+    marked = f"env.kwargs.env_vars.TRACERL_TEST_MARK={mark}"  # in its server's environment
+    cfg = load_config(CONFIG, [f"out_dir={tmp_path}", *TINY, marked])
     train(cfg, log=lambda _: None)
+    assert len(_marked(mark)) == 1  # one server for the run, kept for the process
+    stop_all()  # what the process's exit runs
+    assert _gone(mark), "the server the run started outlived the exit hook"
     run = cfg.run_dir
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("phase") == "train"] == [0, 1]
@@ -77,6 +89,34 @@ def test_the_example_config_trains_a_tiny_model_for_two_steps(tmp_path):
     evaluated = [t for _, t in read_run_trajectories(run / "eval")]
     assert evaluated and all(t.receipt["task"]["split"] == "heldout" for t in evaluated)
     assert all(t.receipt["task"]["reset"]["seed"] >= 5_000_000 for t in evaluated)
+
+
+def _mark() -> str:
+    if not Path("/proc/self/environ").is_file():
+        pytest.skip("finds the servers by their environment in Linux's /proc")
+    return f"openenv-test-{uuid.uuid4().hex}"
+
+
+def _marked(mark: str) -> list[int]:
+    """The live processes (other than this one) whose environment holds `mark`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone meanwhile, or not ours
+                continue
+    return found
+
+
+def _gone(mark: str, within_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _marked(mark):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def openenv_version() -> str:

@@ -1,7 +1,10 @@
 """The arithmetic environment and its OpenEnv apps (served by the adapter in the tests).
 
 `app` serves up to 64 sessions at once; `app_single` one (a second episode waits).
-A reply of ``raise`` makes the environment raise while stepping (an environment bug).
+A reply of ``raise`` makes the environment raise while stepping, and one of ``misreport``
+makes it build an observation its own class refuses (pydantic's ValidationError, which
+openenv-core answers as VALIDATION_ERROR, as it answers an action that does not fit): two
+environment bugs.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class ArithEnvironment(Environment):
     def step(self, action: ArithAction) -> ArithObservation:  # type: ignore[override]
         if action.message == "raise":
             raise RuntimeError("the arithmetic environment broke")
+        if action.message == "misreport":  # a reward that is no number: the class refuses it
+            return ArithObservation(prompt=self._question, done=True, reward="one")  # type: ignore[arg-type]
         self._state.step_count += 1
         return ArithObservation(
             prompt=self._question,

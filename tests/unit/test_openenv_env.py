@@ -2,17 +2,23 @@
 arithmetic environment, and the echo environment openenv's template writes): check_env
 passes; an episode is a session of its own, reset with the task's seed; the reward is the
 environment's step reward; a malformed action is the policy's 0; a server that cannot be
-reached, dies mid-episode or raises is the environment's failure; a server at its session
-limit makes the next episode wait; tracerl's client sees what openenv's own client sees."""
+reached, dies mid-episode, raises or builds an observation its class refuses is the
+environment's failure; an environment not done after the reply is undecided (unless
+single_step); a server at its session limit makes the next episode wait (with a warning);
+another server on the port is never taken for ours; tracerl's client sees what openenv's own
+client sees."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
 import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -147,7 +153,8 @@ def test_a_reply_that_is_no_action_is_the_policys_zero():
     for reply, why in (
         (f"the sum is {gold}", "not a JSON action"),
         (gold, "not an object"),
-        (json.dumps({"msg": gold}), "VALIDATION_ERROR"),  # refused by the action class
+        (json.dumps({"msg": gold}), "VALIDATION_ERROR"),  # refused, and unfit for its schema
+        (json.dumps({"message": 7}), "the action's schema: message: 7 is not of type 'string'"),
     ):
         result, b = _episode(_env(action="json"), task, reply)
         assert not result.calls  # nothing the environment failed at
@@ -194,7 +201,25 @@ def test_an_unreachable_or_raising_server_is_the_environments_failure():
     assert call.fault.kind is FaultKind.SERVER_ERROR and "EXECUTION_ERROR" in call.fault.message
 
 
-def test_a_server_at_its_session_limit_makes_the_next_episode_wait():
+def test_an_observation_the_environment_cannot_build_is_its_failure(base_tokenizer):
+    """openenv-core answers VALIDATION_ERROR for it as for an action that does not fit; this
+    action fits the action's schema, so the environment broke, not the policy."""
+    from tracerl.models.render import ChatRenderer
+
+    task = _env().sample_tasks(1, seed=0)[0]
+    for env, reply in ((_env(), "misreport"), (_env(action="json"), '{"message": "misreport"}')):
+        result, _ = _episode(env, task, reply)
+        (call,) = result.calls
+        assert call.fault.attribution is Attribution.ENVIRONMENT and not call.fault.retryable
+        assert "VALIDATION_ERROR" in call.fault.message and "reward" in call.fault.message
+    renderer, parser = ChatRenderer(base_tokenizer), get_parser("json_list")
+    policy = reference_policy(renderer, "test", _env(check_actions=["misreport"]), [task], parser)
+    episode = asyncio.run(run_episode(_env(), task, policy, seed=0))
+    assert episode.stop_reason is StopReason.INFRA_FAILURE
+    assert episode.attribution is Attribution.ENVIRONMENT and not episode.gradient_eligible
+
+
+def test_a_server_at_its_session_limit_makes_the_next_episode_wait(caplog):
     single = {"app": "tests.openenv_arith.server:app_single"}
     tasks = _env().sample_tasks(2, seed=0)
 
@@ -210,9 +235,50 @@ def test_a_server_at_its_session_limit_makes_the_next_episode_wait():
         await second.close()
         return messages, result
 
-    messages, result = asyncio.run(play())
+    with caplog.at_level(logging.WARNING, logger="tracerl"):
+        messages, result = asyncio.run(play())
     assert messages[0]["content"] == problem(tasks[1]["reset"]["seed"])[0]
     assert result.info["openenv"]["reward"] == 1.0
+    # the wait is inside the episode's clock: the run is told, once per server
+    assert caplog.text.count("is at its limit of sessions (1): episodes wait") == 1
+    assert "counts against rollout.budgets.wall_time_s" in caplog.text
+
+
+def test_another_server_on_the_port_is_never_taken_for_ours(monkeypatch):
+    """A server that holds the port tracerl picked (taken between the pick and the child's
+    bind) is not adopted: an app's server binds a port itself; for a command, a process that
+    ran before it and answers on its port took the port first."""
+    from tracerl.envs.adapters.openenv import server
+
+    class Anything(BaseHTTPRequestHandler):
+        def do_GET(self):  # 200 and {} for /health, /metadata, /schema alike
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    other = ThreadingHTTPServer((server.HOST, 0), Anything)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    taken = other.server_address[1]
+    monkeypatch.setattr(server, "free_port", lambda host=server.HOST: taken)
+    command = [openenv_python(), "-m", "uvicorn", APP, "--port", "{port}"]
+    try:
+        env = _env(env_vars={"RACE": "app"})
+        env.prepare()
+        assert env.served.url != f"http://{server.HOST}:{taken}"
+        assert env.version.endswith("/ArithEnvironment-1.0.0")
+        with pytest.raises(ServerError, match=f"port {taken} is another process's"):
+            make("openenv", command=command).prepare()
+    finally:
+        other.shutdown()
+        other.server_close()
+    monkeypatch.undo()  # a free port: the command's own server answers there
+    task = _env().sample_tasks(1, seed=0)[0]
+    result, b = _episode(make("openenv", command=command), task, solve(task))
+    assert b.succeeded and result.info["openenv"]["reward"] == 1.0
 
 
 def test_tracerls_client_sees_what_openenvs_own_client_sees():
@@ -252,10 +318,12 @@ def test_tracerls_client_sees_what_openenvs_own_client_sees():
     assert asyncio.run(ours()) == json.loads(run.stdout)
 
 
-def test_the_echo_environment_openenvs_template_writes(tmp_path):
+def test_the_echo_environment_openenvs_template_writes(tmp_path, base_tokenizer):
     """An environment nobody here wrote: `openenv init` writes OpenEnv's echo environment;
     served as it is, its one text field is the action, its reward (0.1 per character) the
-    reward."""
+    reward; it is never done, so a reply's reward is scored only with single_step."""
+    from tracerl.models.render import ChatRenderer
+
     made = subprocess.run(
         [openenv_python(), "-m", "openenv.cli", "init", "echo_env", "--output-dir", str(tmp_path)],
         capture_output=True,
@@ -267,13 +335,27 @@ def test_the_echo_environment_openenvs_template_writes(tmp_path):
         },  # no `uv lock` on the network
     )
     assert (tmp_path / "echo_env" / "server" / "app.py").is_file(), made.stdout + made.stderr
-    env = make("openenv", app="server.app:app", cwd=str(tmp_path / "echo_env"))
+    echo = {"app": "server.app:app", "cwd": str(tmp_path / "echo_env")}
+    env = make("openenv", **echo)
     task = env.sample_tasks(1)[0]
     result, b = _episode(env, task, "hello")
     assert env.action_field == "message" and env.version.endswith("/EchoEnvironment-1.0.0")
     assert result.info["openenv"]["observation"]["echoed_message"] == "hello"
-    assert b.total == pytest.approx(0.5) and b.attribution is Attribution.POLICY
     assert result.info["openenv"]["done"] is False  # it never ends: the episode does
+    # ended by tracerl's one-reply limit, not by the policy: undecided, never trained on
+    assert not b.decided and not b.eligible and b.total == 0.0
+    assert "single_step: true" in b.component("openenv_reward").evidence["why"]
+    _, b = _episode(make("openenv", **echo, single_step=True), task, "hello")
+    assert b.decided and b.total == pytest.approx(0.5) and b.attribution is Attribution.POLICY
+    # check-env says why its reward check cannot pass, and passes with single_step
+    renderer = ChatRenderer(base_tokenizer)
+    for single, verdict in ((False, "undecided, never trained on"), (True, "episodes 2/2")):
+        report = check_env(
+            lambda s=single: make("openenv", **echo, check_actions=["hello there"], single_step=s),
+            renderer=renderer,
+            raise_on_failure=False,
+        )
+        assert report.ok is single and verdict in str(report), str(report)
 
 
 def test_a_mistake_in_the_config_names_the_key():

@@ -301,6 +301,13 @@ def _reward_check(scripted_episodes: ScriptedEpisodes) -> Callable[..., Awaitabl
         if crashed:
             return f"the reward crashed on the scripted actions: {crashed[0]}"
         wins = sum(s.succeeded for s in scores)
+        undecided = [c for s in scores for c in s.components if not (c.decided or c.gated)]
+        if not wins and undecided:  # say why the reward could not decide
+            why = undecided[0].evidence.get("why") or "it gave no reason"
+            return (
+                f"the env's own reward leaves scripted episodes undecided, never trained on "
+                f"({undecided[0].name}: {why})"
+            )
         if not wins:
             detail = ", ".join(
                 f"{c.name}={c.value:.2f}" for c in scores[0].components if not c.gated

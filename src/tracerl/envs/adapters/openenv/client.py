@@ -12,8 +12,9 @@ the same server with openenv's own client and this one and compares what each se
 
 What went wrong is a value the environment can attribute: `Down` (the server is
 unreachable, closed the session, timed out or crashed handling the request: the
-environment's), `Rejected` (the server refused the action the policy wrote: the policy's),
-`Busy` (the server has no free session: wait and try again).
+environment's), `Invalid` (the server answered a step with VALIDATION_ERROR: the policy's
+when the action does not fit the environment's action schema, else the environment's, which
+the caller tells apart), `Busy` (the server has no free session: wait and try again).
 """
 
 from __future__ import annotations
@@ -42,12 +43,19 @@ class Down(SessionError):
     """The server cannot serve the session: unreachable, closed, timed out, or it raised."""
 
 
-class Rejected(SessionError):
-    """The server refused the action (it does not fit the environment's action class)."""
+class Invalid(SessionError):
+    """The server answered a step with VALIDATION_ERROR. openenv-core's websocket handler
+    (0.3.0) sends it for an action its action class refuses, and alike for an observation the
+    environment's step failed to build (one handler wraps reading the action, the step and
+    the observation's serialization), so it names no owner by itself."""
 
 
 class Busy(SessionError):
-    """The server is at its limit of concurrent sessions."""
+    """The server is at its limit of concurrent sessions (`max_sessions`, if it said)."""
+
+    def __init__(self, message: str, code: str | None = None, max_sessions: Any = None) -> None:
+        super().__init__(message, code)
+        self.max_sessions = max_sessions if isinstance(max_sessions, int) else None
 
 
 def ws_url(base_url: str) -> str:
@@ -168,7 +176,7 @@ def _error(kind: str, body: dict[str, Any]) -> SessionError:
             if isinstance(e, dict)
         )
     if code == "CAPACITY_REACHED":
-        return Busy(message, code)
+        return Busy(message, code, body.get("max_sessions"))
     if code == "VALIDATION_ERROR" and kind == "step":
-        return Rejected(message, code)
+        return Invalid(message, code)
     return Down(message, code)  # EXECUTION_ERROR: the environment raised on it

@@ -13,7 +13,13 @@ import shlex
 import time
 from typing import Any
 
-from tracerl.envs.adapters.openenv.client import PROTOCOL, Busy, Down, Rejected, Session
+from tracerl.envs.adapters.openenv.actions import (
+    action_field,
+    action_problems,
+    check_action_schema,
+    to_action,
+)
+from tracerl.envs.adapters.openenv.client import PROTOCOL, Busy, Down, Invalid, Session
 from tracerl.envs.adapters.openenv.server import Launch, Served, serve
 from tracerl.envs.base import CallOutcome, Message, StepResult, ToolEnv
 from tracerl.envs.parsers import Action
@@ -35,8 +41,12 @@ HELDOUT_OFFSET = 5_000_000
 OBSERVATION_CAP = 4000
 """Observations kept in a step's record up to this many characters of JSON."""
 
+UNFINISHED = (
+    "the environment is not done after one reply: tracerl's one-reply limit ended the "
+    "episode, so its reward so far is not the policy's outcome (single_step: true scores it)"
+)
+
 log = logging.getLogger("tracerl")
-_FENCE = re.compile(r"^```[\w-]*\n(.*?)\n?```$", re.DOTALL)
 _warned: set[str] = set()
 
 
@@ -70,6 +80,7 @@ class OpenEnv(ToolEnv):
         start_timeout_s: float = 120.0,
         message_timeout_s: float = 60.0,
         session_wait_s: float = 120.0,
+        single_step: bool = False,
         side_effect_guard: str = "dry_run",
     ) -> None:
         """The settings are the package's (`tracerl.envs.adapters.openenv`): where the server
@@ -86,6 +97,8 @@ class OpenEnv(ToolEnv):
             raise UserError(f"seed: a non-negative integer, got {seed!r}")
         if reset is not None and not isinstance(reset, dict):
             raise UserError(f"reset: the arguments of every reset, a mapping, got {reset!r:.80}")
+        if not isinstance(single_step, bool):
+            raise UserError(f"single_step: true or false, got {single_step!r:.80}")
         self.action_mode, self.observation_field = action, observation
         self.instruction = instruction
         self.reset_kwargs = dict(reset or {})
@@ -94,6 +107,7 @@ class OpenEnv(ToolEnv):
         self.splits = tuple(self.explicit) if self.explicit else SPLITS
         self.check_actions = check_actions
         self.message_timeout_s, self.session_wait_s = message_timeout_s, session_wait_s
+        self.single_step = single_step
         self.session: Session | None = None
         self.served: Served | None = None
 
@@ -104,7 +118,8 @@ class OpenEnv(ToolEnv):
         meta = self.served.metadata
         core = f"openenv-core-{self.served.openenv_version or 'unknown'}"
         self.version = f"{type(self).version}/{core}/{meta.get('name')}-{meta.get('version')}"  # type: ignore[misc]
-        self.action_field = _action_field(self.action_mode, self.served.schema)
+        self.action_field = action_field(self.action_mode, self.served.schema)
+        check_action_schema(self.served.schema)
 
     def services(self) -> list[dict[str, Any]]:
         if self.served is None:
@@ -150,14 +165,23 @@ class OpenEnv(ToolEnv):
         return [{"role": "user", "content": text}]
 
     async def _open(self, url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A fresh session, reset: waits for a free session while the server is at its limit."""
+        """A fresh session, reset: waits for a free session while the server is at its limit
+        (inside the episode's clock: `reset` is the episode's first act)."""
         deadline, delay = time.monotonic() + self.session_wait_s, 0.2
         while True:
             self.session = Session(url, message_timeout_s=self.message_timeout_s)
             try:
                 return await self.session.reset(**kwargs)
-            except Busy:
+            except Busy as e:
                 await self.session.close()
+                most = f" ({e.max_sessions})" if e.max_sessions else ""
+                _warn_once(
+                    f"busy:{url}",
+                    f"openenv: the server at {url} is at its limit of sessions{most}: "
+                    "episodes wait for a free one inside their own clock (the wait counts "
+                    "against rollout.budgets.wall_time_s); serve as many sessions as episodes "
+                    "run at once (max_concurrent_envs in openenv's create_app)",
+                )
                 if time.monotonic() > deadline:
                     raise Down(f"no free session on {url} in {self.session_wait_s:g} s") from None
                 await asyncio.sleep(delay)
@@ -181,39 +205,30 @@ class OpenEnv(ToolEnv):
 
     def to_action(self, reply: str) -> dict[str, Any]:
         """The OpenEnv action the reply stands for; ValueError when it stands for none."""
-        if self.action_field != "json":
-            return {self.action_field: reply}
-        text = reply.strip()
-        fenced = _FENCE.match(text)
-        try:
-            action = json.loads(fenced.group(1) if fenced else text)
-        except ValueError as e:
-            raise ValueError(f"the reply is not a JSON action ({e})") from None
-        if not isinstance(action, dict):
-            raise ValueError(f"the reply is JSON but not an object: {text:.80}")
-        return action
+        return to_action(reply, self.action_field)
 
     async def step(self, action: Action) -> StepResult:
         """One reply: the environment's step on the action it stands for; the episode ends."""
         if action.error is not None:
             return StepResult([{"role": "user", "content": action.error.message}])
         reply = action.text or action.answer or ""
-        assert self.session is not None, "step before reset"
+        assert self.session is not None and self.served is not None, "step before reset"
         try:
             payload = self.to_action(reply)
+        except ValueError as e:  # the policy wrote no action
+            return self._refused(reply, str(e))
+        try:
             result = await self.session.step(payload)
-        except (ValueError, Rejected) as e:  # the policy wrote no action the env takes
-            return self._ended(reply, {"error": str(e), "reward": None, "done": True})
+        except Invalid as e:  # refused: the policy's if the action does not fit its schema
+            problem = action_problems(self.served.schema, payload)
+            if problem is not None:
+                return self._refused(reply, f"{e} (the action's schema: {problem})")
+            return self._failed(reply, e)  # it fits: the environment's step broke
         except (Down, Busy) as e:  # the environment's: the session cannot go on
-            call = ToolCall("openenv_step", "openenv_step", {"reply": reply[:2000]})
-            return StepResult([], calls=[CallOutcome(call, ToolResult.failure(_fault(e)))])
+            return self._failed(reply, e)
         self.steps_taken += 1
-        if not result["done"] and "done" not in _warned:
-            _warned.add("done")
-            log.warning(
-                "openenv: the environment is not done after a reply; a tracerl episode of "
-                "text replies is one reply long, so it ends here with the reward so far"
-            )
+        if not result["done"] and not self.single_step:
+            _warn_once("done", f"openenv: {UNFINISHED}; such episodes are never trained on")
         observation = json.dumps(result["observation"], ensure_ascii=False, sort_keys=True)
         record = {
             "reward": result["reward"],
@@ -228,6 +243,15 @@ class OpenEnv(ToolEnv):
         self.done = True
         self.answer = {"text": reply, "reply": reply, "citations": []}
         return StepResult([], terminated=True, info={"answer": self.answer, "openenv": record})
+
+    def _refused(self, reply: str, why: str) -> StepResult:
+        """The reply is no action the environment takes: the episode ends, the policy's 0."""
+        return self._ended(reply, {"error": why, "reward": None, "done": True})
+
+    def _failed(self, reply: str, e: Exception) -> StepResult:
+        """The environment failed the step: the episode is its failure, never trained on."""
+        call = ToolCall("openenv_step", "openenv_step", {"reply": reply[:2000]})
+        return StepResult([], calls=[CallOutcome(call, ToolResult.failure(_fault(e)))])
 
     async def final_state(self) -> dict[str, Any] | None:
         """The environment's ``state`` as the episode left it (an episode that never reached
@@ -260,7 +284,9 @@ class OpenEnv(ToolEnv):
     # ---- the verifier ---------------------------------------------------------------------------
     def reward(self, ctx: RewardContext) -> Score:
         """The sum of the rewards the environment's steps returned (None counts 0); 0, the
-        policy's, when its reply was no action the environment takes, or never reached it."""
+        policy's, when its reply was no action the environment takes, or never reached it;
+        undecided (never trained on) when the environment was not done after the reply,
+        unless `single_step` says to score it."""
         steps = [
             s["info"]["openenv"]
             for s in ctx.steps
@@ -271,9 +297,13 @@ class OpenEnv(ToolEnv):
         rewards = [s.get("reward") for s in steps]
         evidence: dict[str, Any] = {"rewards": rewards[:50], "done": steps[-1].get("done")}
         errors = [s["error"] for s in steps if s.get("error")]
+        total = float(sum(r for r in rewards if r is not None))
         if errors:
             evidence["why"] = errors[-1][:300]
-        return Score(float(sum(r for r in rewards if r is not None)), evidence)
+        elif steps[-1].get("done") is False and not self.single_step:
+            evidence["why"] = UNFINISHED
+            return Score(total, evidence, decided=False)
+        return Score(total, evidence)
 
 
 def _launch(
@@ -309,26 +339,6 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _action_field(mode: str | None, schema: dict[str, Any]) -> str:
-    """The action field the reply fills, or ``json`` (the reply is the action)."""
-    action = schema.get("action") if isinstance(schema.get("action"), dict) else {}
-    props = action.get("properties") or {}
-    if mode == "json":
-        return mode
-    if mode is not None:
-        if props and mode not in props:
-            raise UserError(
-                f"action: the environment's action ({action.get('title')}) has no field {mode!r}; "
-                f"its fields: {', '.join(sorted(props))}",
-                "name the text field the reply fills, or action: json (the reply is the action)",
-            )
-        return mode
-    required = [r for r in action.get("required") or () if r != "metadata"]
-    if len(required) == 1 and (props.get(required[0]) or {}).get("type") == "string":
-        return required[0]
-    return "json"
-
-
 def _explicit_tasks(tasks: Any) -> dict[str, list[dict[str, Any]]]:
     if tasks is None:
         return {}
@@ -351,6 +361,12 @@ def _task(split: str, index: int, reset: dict[str, Any]) -> dict[str, Any]:
         "split": split,
         "reset": json.loads(json.dumps(reset)),
     }
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
 
 
 def _fault(e: Exception) -> Fault:

@@ -5,6 +5,11 @@ environment's ``prepare``): an ASGI app served by uvicorn in the Python that has
 when ``/health`` answers; its ``/metadata`` and ``/schema`` are read then, once. It stops
 when the process exits (`stop_all`), and a server tracerl started from an app also stops by
 itself when the process that started it is gone (killed outright, it cannot clean up).
+
+The port is never one another server could hold: an app's server binds a free port itself
+and writes it to a file tracerl reads; a command needs its port on its command line, so
+tracerl picks one, and where Linux's ``/proc`` tells, a server that was running before the
+command and answers there took the port first: an error, not the server.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import atexit
 import dataclasses
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,10 +40,11 @@ PYTHON_VAR = "TRACERL_OPENENV_PYTHON"
 VENV = ".venv-openenv"
 HOST = "127.0.0.1"
 
-# Runs in the server's own Python (which has no tracerl): serve the app, and exit when the
-# process that started it is gone.
+# Runs in the server's own Python (which has no tracerl): bind a free port, write it to the
+# file argv[3] names (whole, by rename), serve the app there, and exit when the process that
+# started it is gone.
 BOOT = """
-import importlib, os, sys, threading, time
+import importlib, os, socket, sys, threading, time
 import uvicorn
 parent = os.getppid()
 def orphaned():
@@ -47,7 +54,12 @@ def orphaned():
 threading.Thread(target=orphaned, daemon=True).start()
 module, _, name = sys.argv[1].partition(":")
 app = getattr(importlib.import_module(module), name or "app")
-uvicorn.run(app, host=sys.argv[2], port=int(sys.argv[3]), log_level="warning")
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.bind((sys.argv[2], 0))
+with open(sys.argv[3] + ".part", "w") as f:
+    f.write(str(sock.getsockname()[1]))
+os.replace(sys.argv[3] + ".part", sys.argv[3])
+uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 """
 VERSION = "import importlib.metadata as m; print(m.version('openenv-core'))"
 
@@ -85,6 +97,7 @@ class Served:
     openenv_version: str | None = None
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    """Its output, in a folder of its own (removed when it stops)."""
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
@@ -176,40 +189,108 @@ def _connect(launch: Launch) -> Served:
 
 
 def _start(launch: Launch) -> Served:
-    port = free_port()
     cwd = launch.cwd or os.getcwd()
-    if launch.app:
-        python = find_python(launch.python)
-        argv = [python, "-c", BOOT, launch.app, HOST, str(port)]
+    python = find_python(launch.python) if launch.app else None
+    folder = Path(tempfile.mkdtemp(prefix="tracerl-openenv-"))
+    log, port_file = folder / "server.log", folder / "port"
+    env = {**os.environ, **dict(launch.env)}
+    if python is not None:  # an app: it binds a free port itself and writes it to port_file
+        argv, port = [python, "-c", BOOT, launch.app, HOST, str(port_file)], None
         version = openenv_version(python)
     else:
+        port = free_port()
         argv = [a.replace("{port}", str(port)) for a in launch.command or ()]
         version = openenv_version(launch.python) if launch.python else None
-    env = {**os.environ, **dict(launch.env), "PORT": str(port)}
+        env["PORT"] = str(port)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH")) if p)
     env.pop("ENABLE_WEB_INTERFACE", None)  # the API alone (the web UI needs gradio)
-    log = Path(tempfile.mkstemp(prefix="tracerl-openenv-", suffix=".log")[1])
     with log.open("wb") as out:
         try:
             process = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         except OSError as e:
+            shutil.rmtree(folder, ignore_errors=True)
             raise ServerError(f"openenv: cannot run {argv[0]}: {e}", INSTALL) from e
+    deadline, problem = time.monotonic() + launch.start_timeout_s, None
+    if port is None:
+        port, problem = _reported_port(port_file, deadline, process)
     url = f"http://{HOST}:{port}"
     served = Served(url, {}, {}, version, process, log)
-    problem = _wait_healthy(url, time.monotonic() + launch.start_timeout_s, process)
+    problem = problem or _wait_healthy(url, deadline, process)
+    if not problem and launch.command and _foreign(process, port or 0):
+        problem = f"port {port} is another process's, not the command's (it took it first)"
     if problem:
+        if process.poll() is None:
+            _end(process)
+        tail = _tail(log)  # read before its folder goes
         _stop(served)
         raise ServerError(
             f"openenv: the server for {launch.describe()} did not start ({problem}); "
-            f"its log:\n{_tail(log)}",
+            f"its log:\n{tail}",
             "check env.kwargs.app (module:attribute, importable from env.kwargs.cwd) and "
             f"that its Python has openenv-core ({INSTALL})",
         )
-    described = _described(url, version)
+    try:
+        described = _described(url, version)
+    except ServerError:  # not an OpenEnv server: stopped, not left running
+        _stop(served)
+        raise
     served.metadata, served.schema = described.metadata, described.schema
     return served
+
+
+def _reported_port(
+    path: Path, deadline: float, process: subprocess.Popen[bytes]
+) -> tuple[int | None, str | None]:
+    """The port an app's server bound, once it wrote it to `path`; else why not."""
+    while time.monotonic() < deadline:
+        if path.is_file():
+            return int(path.read_text()), None
+        if process.poll() is not None:
+            return None, f"it exited with status {process.returncode}"
+        time.sleep(0.1)
+    return None, "not ready in time: it bound no port"
+
+
+def _foreign(process: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether what listens on `port` is a process that ran before the command did: one
+    that took the port first, not the command's server (Linux's /proc, where it can read a
+    process's sockets; False where it cannot tell). A listener started after the command,
+    its own or one it asked for (``docker run -p``: docker's proxy), is the command's."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:  # sl local_address rem_address st ... inode
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                listening.add(f"socket:[{cols[9]}]")
+    born = _started(process.pid)
+    if not listening or born is None:
+        return False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            holds = any(os.readlink(fd) in listening for fd in (entry / "fd").iterdir())
+        except OSError:  # gone, or not ours to read
+            continue
+        started = _started(int(entry.name)) if holds else None
+        if started is not None and started < born:
+            return True
+    return False
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None if it cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rpartition(")")[2].split()[19])  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _wait_healthy(url: str, deadline: float, process: subprocess.Popen[bytes] | None) -> str | None:
@@ -257,7 +338,7 @@ def _stop(served: Served) -> None:
     if p is not None and p.poll() is None:
         _end(p)
     if served.log is not None:
-        served.log.unlink(missing_ok=True)
+        shutil.rmtree(served.log.parent, ignore_errors=True)
 
 
 def _end(p: subprocess.Popen[bytes]) -> None:
