@@ -121,7 +121,7 @@ bubblewrap:
 # OpenEnv server, verifiers) fail, rather than skip, when it cannot be found. Two
 # pytest-xdist workers, a test module at a time on each (its
 # module-scoped servers and clusters built once): 13 minutes on 2 idle cores with an empty
-# cache, 17.5 for the whole command on a fresh clone (tests/conftest.py says what the
+# cache, 18 for the whole command on a fresh clone (tests/conftest.py says what the
 # workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
 WORKERS ?= 2

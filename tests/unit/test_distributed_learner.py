@@ -111,3 +111,41 @@ def test_several_processes_need_a_distributed_strategy(monkeypatch):
     with pytest.raises(LaunchError, match="launched as 2 processes") as e, launch(RunConfig()):
         pass
     assert "trainer.learner.strategy=ddp" in e.value.hint  # refused before joining any group
+
+
+_SIGNAL_DURING_EXIT = """
+import os, signal, sys
+from tracerl.train.distributed.group import _quiet_once_lost
+from tracerl.train.distributed.ranks import RankLost
+lost = sys.argv[1] == "lost"
+try:
+    with _quiet_once_lost():
+        try:
+            if lost:
+                raise RankLost("a learner rank stopped")
+            raise RuntimeError("rank 0's own failure")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, while the error unwinds
+except RankLost as e:
+    os.kill(os.getpid(), signal.SIGTERM)  # and once more, as the message is printed
+    print(e.message, "/", e.hint)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_torchruns_sigterm_after_a_lost_rank_cannot_cut_the_message_short(lost):
+    # torchrun sends SIGTERM as soon as it sees a rank die: whether it comes before or after
+    # rank 0's collective fails, rank 0 still says which rank stopped and how to resume
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_DURING_EXIT, "lost" if lost else "own"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if lost:
+        assert done.returncode == 2, done.stderr
+        assert "a learner rank stopped" in done.stdout and "--resume" in done.stdout
+    else:  # any other failure: SIGTERM acts as it always did
+        assert done.returncode == -15 and done.stdout == "", done.stderr

@@ -10,7 +10,10 @@ collectives inside it pair up.
 
 A rank that dies ends the run: torchrun stops the other processes, and rank 0's next
 collective fails (at once with gloo, which sees the connection close; with NCCL after its
-watchdog, at most `timeout_s`): rank 0 reports a `RankLost` and exits.
+watchdog, at most `timeout_s`): rank 0 reports a `RankLost` and exits. torchrun's SIGTERM
+comes at once too; during the loop it asks for a stop after the step (whose collective then
+fails), and once a `RankLost` is on its way out it is ignored, so that the message (and
+how to resume) is always printed, whichever of the two comes first.
 The newest checkpoint is whole (checkpoints are written atomically, `tracerl.train.
 checkpoint`), so ``--resume`` continues from it, reusing every episode already written.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +34,7 @@ from tracerl.train.distributed.ranks import (
     close_process_group,
     init_process_group,
     launched,
+    rank_lost,
 )
 from tracerl.train.distributed.strategy import Strategy, make_strategy
 
@@ -105,7 +110,8 @@ def launch(cfg: Any) -> Iterator[Launch]:
     here = Launch(ranks, learner.strategy, Channel(ranks, learner.wait_timeout_s))
     _current.append(here)
     try:
-        yield here
+        with _quiet_once_lost():
+            yield here
     except BaseException:
         # no "stop", no barrier: the other ranks may be inside a collective this process
         # will never join; its exit closes the connections, which ends theirs
@@ -115,6 +121,33 @@ def launch(cfg: Any) -> Iterator[Launch]:
     if ranks.main:
         here.channel.send("stop")
     close_process_group()
+
+
+@contextlib.contextmanager
+def _quiet_once_lost() -> Iterator[None]:
+    """SIGTERM and SIGINT act as before, unless a `RankLost` is already on its way out:
+    then they are ignored (torchrun sends SIGTERM as soon as it sees a rank die, and the
+    default action would end this process before it says which rank and how to resume)."""
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: Any) -> None:
+        if rank_lost():
+            return
+        before = old[signal.Signals(signum)]
+        if callable(before):
+            before(signum, frame)
+        elif before != signal.SIG_IGN:  # the default action, as if never caught
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for sig in old:
+        signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        if not rank_lost():  # else kept until the process ends, after the message
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
 
 def follow(run: Any, log: Any = print) -> None:

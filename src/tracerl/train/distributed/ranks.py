@@ -100,6 +100,15 @@ class RankLost(UserError, RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, RESUME_HINT)
+        _lost[0] = True  # torchrun's SIGTERM that follows must not cut the message short
+
+
+_lost = [False]
+
+
+def rank_lost() -> bool:
+    """Whether this process has met a `RankLost`: it is on its way out, saying why."""
+    return _lost[0]
 
 
 def is_collective_failure(e: BaseException) -> bool:
