@@ -23,7 +23,11 @@ AGGREGATIONS = (
 
 
 def aggregate(
-    loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, mode: str, norm_tokens: int | None = None
+    loss_B_T: torch.Tensor,
+    mask_B_T: torch.Tensor,
+    mode: str,
+    norm_tokens: int | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss over policy tokens.
 
@@ -40,21 +44,32 @@ def aggregate(
 
     Sequences without policy tokens are skipped by the sequence means (they count neither in
     the numerator nor in the number of sequences).
+
+    `weights_B` (one per sequence, default 1) weighs sequences inside each mode, exactly:
+    the token mean becomes sum(w l) / sum(w) over tokens, a sequence mean becomes
+    sum(w_s l_s) / sum(w_s) over sequences. With every sample of an episode of n samples
+    weighted 1/n (``trainer.sample_weighting: episode``), the episode weighs what a
+    one-sample episode weighs under the sequence means; under ``token-mean`` it weighs its
+    samples' mean length.
     """
     m = mask_B_T.to(loss_B_T.dtype)
+    if weights_B is not None:
+        m = m * weights_B.to(loss_B_T)[:, None]  # weighted tokens; counts from the mask
     masked = loss_B_T * m
     if mode == "token-mean":
-        return masked.sum() / m.sum().clamp(min=1)
-    per_seq = masked.sum(-1)
-    has = m.sum(-1) > 0
+        return masked.sum() / m.sum().clamp(min=1e-12) if m.sum() > 0 else masked.sum() * 0
+    count = mask_B_T.to(loss_B_T.dtype).sum(-1)
+    has = count > 0
     if not has.any() and mode in AGGREGATIONS:
         return masked.sum() * 0  # nothing to learn from, but still a graph to backward
+    w = (weights_B.to(loss_B_T) if weights_B is not None else torch.ones_like(count))[has]
+    per_seq = (loss_B_T * mask_B_T.to(loss_B_T.dtype)).sum(-1)[has]
     if mode == "seq-mean-token-sum":
-        return per_seq[has].mean()
+        return (w * per_seq).sum() / w.sum()
     if mode == "seq-mean-token-mean":
-        return (per_seq[has] / m.sum(-1)[has]).mean()
+        return (w * per_seq / count[has]).sum() / w.sum()
     if mode == "seq-mean-token-sum-norm":
-        return per_seq[has].mean() / (norm_tokens or loss_B_T.shape[-1])
+        return (w * per_seq).sum() / w.sum() / (norm_tokens or loss_B_T.shape[-1])
     raise KeyError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
@@ -68,6 +83,7 @@ class PolicyLossInput:
     behavior_logprobs_B_T: the sampler's own log-probs, when the samples are off-policy
         (async rollouts, a different engine or dtype): used for truncated and masked
         importance sampling, and measured (the sampler-learner gap metrics).
+    weights_B: each sequence's weight in the aggregation (see `aggregate`); None: 1 each.
     """
 
     logprobs_B_T: torch.Tensor
@@ -75,6 +91,7 @@ class PolicyLossInput:
     advantages_B: torch.Tensor
     loss_mask_B_T: torch.Tensor
     behavior_logprobs_B_T: torch.Tensor | None = None
+    weights_B: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +230,7 @@ def ppo_clip(inp: PolicyLossInput, cfg: ClipConfig) -> tuple[torch.Tensor, dict[
         log_r = log_ratio
         metrics["ratio_mean"] = float((ratio * mask).sum() / n)
         metrics["approx_kl"] = float(((torch.exp(-log_r) - 1 + log_r) * mask).sum() / n)
-    return aggregate(loss, mask, cfg.agg, cfg.norm_tokens), metrics
+    return aggregate(loss, mask, cfg.agg, cfg.norm_tokens, inp.weights_B), metrics
 
 
 def _gap_metrics(

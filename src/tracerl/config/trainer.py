@@ -68,6 +68,14 @@ class TrainerConfig(_Config):
     other members that reached the same turn), ``step_groups`` (the episode's advantage,
     plus each turn's return against other episodes' turns from the same state, GiGPO-style).
     A turn whose environment step failed gets 0."""
+    sample_weighting: Literal["episode", "sample"] = "episode"
+    """How an episode of several samples (compacted, delegated to sub-agents, a template
+    that strips earlier reasoning: `docs/long-horizon.md`) weighs in the loss: ``episode``
+    (its samples share one episode's weight: each weighs 1/n inside the aggregation, so a
+    compacted episode of five samples weighs what a one-sample episode weighs under the
+    ``seq-mean-*`` modes, and its mean sample's length under ``token-mean``) or ``sample``
+    (each sample weighs as a one-sample episode would). Every sample gets its episode's
+    advantage either way, and the episode counts once in its group's baseline."""
     credit_gamma: float = Field(1.0, ge=0, le=1)
     """``turn_returns``, ``step_groups``: the discount of later rewards in a turn's return."""
     step_group_weight: float = Field(1.0, ge=0)

@@ -31,6 +31,9 @@ class Batch:
     """One per row, or (turn-level credit) one per token: ``[B, T]``."""
     rows: list[int]  # which input trajectories, in this order
     prefix_len: int = 0
+    weights_B: torch.Tensor | None = None
+    """Each row's weight in the loss's aggregation (`tracerl.algos.losses.aggregate`): its
+    episode's share, ``trainer.sample_weighting``. None: 1 each."""
     """Leading tokens every row shares and none trains on (a group's prompt): the learner
     runs them once for the whole batch (see `token_logprobs`). 0: no shared prefix."""
 
@@ -55,8 +58,10 @@ def padded_batch(
     advantages: Sequence[float],
     rows: Sequence[int] | None = None,
     pad_id: int = 0,
+    weights: Sequence[float] | None = None,
 ) -> Batch:
-    """Right-padded tensors for the given rows (all of them by default)."""
+    """Right-padded tensors for the given rows (all of them by default); `weights`, one per
+    trajectory, become the rows' `weights_B`."""
     rows = list(range(len(trajectories))) if rows is None else list(rows)
     width = max(len(trajectories[i]) for i in rows)
     shape = (len(rows), width)
@@ -82,7 +87,8 @@ def padded_batch(
             )
     else:
         adv = torch.tensor([float(advantages[i]) for i in rows], dtype=torch.float32)
-    return Batch(ids, attn, mask, old, adv, rows)
+    w = None if weights is None else torch.tensor([float(weights[i]) for i in rows])
+    return Batch(ids, attn, mask, old, adv, rows, weights_B=w)
 
 
 def bucketed_batches(
@@ -90,13 +96,14 @@ def bucketed_batches(
     advantages: Sequence[float],
     max_tokens: int = 4096,
     pad_id: int = 0,
+    weights: Sequence[float] | None = None,
 ) -> list[Batch]:
     """Micro-batches of similar-length rows, each at most `max_tokens` padded tokens (a row
     longer than the budget gets a batch of its own)."""
     # rows without tokens (an episode whose reset failed) teach nothing and are dropped
     rows = [i for i in range(len(trajectories)) if len(trajectories[i]) > 0]
     return [
-        padded_batch(trajectories, advantages, cut, pad_id)
+        padded_batch(trajectories, advantages, cut, pad_id, weights)
         for cut in _cuts(trajectories, rows, max_tokens)
     ]
 
@@ -131,6 +138,7 @@ def shared_prefix_batches(
     max_tokens: int = 4096,
     pad_id: int = 0,
     min_prefix: int = 16,
+    weights: Sequence[float] | None = None,
 ) -> list[Batch]:
     """Micro-batches of rows that start with the same prompt (a GRPO group's members), with
     `prefix_len` set so the learner runs that prompt once per batch instead of once per row;
@@ -147,10 +155,10 @@ def shared_prefix_batches(
             single += members
             continue
         for cut in _cuts(trajectories, members, max_tokens, prefix=p):
-            batches.append(padded_batch(trajectories, advantages, cut, pad_id))
+            batches.append(padded_batch(trajectories, advantages, cut, pad_id, weights))
             batches[-1].prefix_len = p if len(cut) > 1 else 0
     batches += [
-        padded_batch(trajectories, advantages, cut, pad_id)
+        padded_batch(trajectories, advantages, cut, pad_id, weights)
         for cut in _cuts(trajectories, single, max_tokens)
     ]
     return batches

@@ -48,6 +48,9 @@ class GRPOConfig:
     advantage: str = "grpo"
     credit: str = "episode"
     """``episode``, or a turn-level estimator (`tracerl.train.turn_credit`)."""
+    sample_weighting: str = "episode"
+    """``episode``: an episode's samples share its weight in the loss; ``sample``: each
+    weighs one (`sample_weights`)."""
     credit_gamma: float = 1.0
     step_group_weight: float = 1.0
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -169,6 +172,16 @@ def _nonzero(a: Any) -> bool:
     return any(_nonzero(x) for x in a)
 
 
+def row_shares(episode: Episode, weighting: str) -> list[float]:
+    """Each of the episode's samples' weight in the loss: 1/n for its n samples that hold
+    policy tokens (``episode``; a sample without any trains nothing either way), or 1
+    (``sample``)."""
+    if weighting == "sample":
+        return [1.0] * len(episode.trajectories)
+    n = sum(1 for t in episode.trajectories if any(t.loss_mask)) or 1
+    return [1.0 / n] * len(episode.trajectories)
+
+
 def update_on_groups(
     groups: Sequence[Sequence[Episode]],
     learner: Learner,
@@ -190,14 +203,16 @@ def update_on_groups(
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
     advs: list[Any] = []
+    shares: list[float] = []
     for e, a, w, ok in zip(episodes, advantages, weights, eligible, strict=True):
         if ok:
             rows += e.trajectories
+            shares += row_shares(e, cfg.sample_weighting)
             if isinstance(a, float | int):
                 advs += [a * w] * len(e.trajectories)
             else:  # one advantage per turn, on that turn's tokens
                 advs += [[x * w for x in row] for row in a]
-    metrics = learner.update(rows, advs, lr_scale=lr_scale) if rows else {}
+    metrics = learner.update(rows, advs, lr_scale=lr_scale, weights=shares) if rows else {}
     seen = list(sampled) if sampled is not None else list(groups)
     observed = [e for g in seen for e in g]
     metrics.update(rollout_metrics(observed) | owner_metrics(observed))

@@ -64,14 +64,22 @@ class LearnerConfig:
     layers; the compiled decoder is traced without one)."""
 
 
-def _micro_batch_weights(batches: list[Any], agg: str, total_tokens: float) -> list[float]:
+def _micro_batch_weights(batches: list[Any], agg: str) -> list[float]:
     """Weights that make the accumulated micro-batch losses equal the whole-step loss:
     token share for ``token-mean``, sequence share for the ``seq-mean-*`` modes (the
-    ``-norm`` one included: a sequence mean over a constant)."""
+    ``-norm`` one included: a sequence mean over a constant); shares of the rows' weights
+    (`Batch.weights_B`) where they have them."""
+
+    def row_weights(b: Any) -> torch.Tensor:
+        ones = torch.ones(b.loss_mask_B_T.shape[0])
+        return ones if b.weights_B is None else b.weights_B.float()
+
     if agg == "token-mean":
-        return [float(b.loss_mask_B_T.sum()) / total_tokens for b in batches]
-    seqs = [float((b.loss_mask_B_T.sum(-1) > 0).sum()) for b in batches]
-    return [n / max(1.0, sum(seqs)) for n in seqs]
+        parts = [float((b.loss_mask_B_T.sum(-1) * row_weights(b)).sum()) for b in batches]
+    else:
+        parts = [float(((b.loss_mask_B_T.sum(-1) > 0) * row_weights(b)).sum()) for b in batches]
+    whole = sum(parts)
+    return [p / whole if whole > 0 else 0.0 for p in parts]
 
 
 class Learner:
@@ -150,12 +158,16 @@ class Learner:
         advantages: Sequence[float],
         *,
         lr_scale: float = 1.0,
+        weights: Sequence[float] | None = None,
     ) -> dict[str, float]:
         """One policy update on these rows (advantage 0 rows still shape the mean).
-        `lr_scale` multiplies the learning rate for this update only (staleness)."""
-        args = (_slim(trajectories), list(advantages), lr_scale) if self.channel else ()
+        `lr_scale` multiplies the learning rate for this update only (staleness); `weights`
+        (one per row, default 1) weigh the rows inside the loss's aggregation (an episode's
+        samples share its weight: ``trainer.sample_weighting``)."""
+        w = None if weights is None else [float(x) for x in weights]
+        args = (_slim(trajectories), list(advantages), lr_scale, w) if self.channel else ()
         with self._on_every_rank("update", *args):
-            return self.apply_update(trajectories, advantages, lr_scale=lr_scale)
+            return self.apply_update(trajectories, advantages, lr_scale=lr_scale, weights=w)
 
     def optimizer_state(self) -> dict[str, Any] | None:
         """The optimizer's whole state keyed by parameter name, for a checkpoint (gathered
@@ -198,17 +210,18 @@ class Learner:
         advantages: Sequence[float],
         *,
         lr_scale: float = 1.0,
+        weights: Sequence[float] | None = None,
     ) -> dict[str, float]:
         """`update` on this rank alone (the other ranks make the same call)."""
         c = self.cfg
         share = c.share_prefix and self.strategy.shares_prefix
         share = share and not (c.gradient_checkpointing or c.compile)
         make_batches = shared_prefix_batches if share else bucketed_batches
-        batches = make_batches(trajectories, advantages, c.micro_batch_tokens)
+        batches = make_batches(trajectories, advantages, c.micro_batch_tokens, weights=weights)
         total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
         if total == 0:
             return {"train/policy_tokens": 0.0}
-        weights = _micro_batch_weights(batches, self.cfg.clip.agg, total)
+        weights = _micro_batch_weights(batches, self.cfg.clip.agg)
         clip = self.cfg.clip
         if clip.agg == "seq-mean-token-sum-norm" and clip.norm_tokens is None:
             # one constant for the whole step (not each micro-batch's padded width)
@@ -268,12 +281,13 @@ class Learner:
                 if epoch == 0:  # the weights that sampled: the ratio's denominator
                     olds.append(lp.detach())
                 inp = PolicyLossInput(
-                    lp, olds[i], b.advantages_B, b.loss_mask_B_T, b.old_logprobs_B_T
+                    lp, olds[i], b.advantages_B, b.loss_mask_B_T, b.old_logprobs_B_T, b.weights_B
                 )
                 loss, m = ppo_clip(inp, clip)
                 if refs is not None:
                     k = kl_estimate(self.cfg.kl_estimator, lp, refs[i])
-                    kl_loss = aggregate(k, b.loss_mask_B_T.to(k.dtype), clip.agg, clip.norm_tokens)
+                    mask = b.loss_mask_B_T.to(k.dtype)
+                    kl_loss = aggregate(k, mask, clip.agg, clip.norm_tokens, b.weights_B)
                     loss = loss + self.cfg.kl_coef * kl_loss
                     m["kl"] = kl_loss.item()
                 (loss * (share * scale)).backward()

@@ -200,6 +200,7 @@ class Run:
             group_size=t.group_size,
             advantage=t.advantage,
             credit=t.credit,
+            sample_weighting=t.sample_weighting,
             credit_gamma=t.credit_gamma,
             step_group_weight=t.step_group_weight,
             dynamic_sampling=DynamicSampling.of(t.dynamic_sampling),

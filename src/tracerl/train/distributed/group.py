@@ -185,8 +185,8 @@ def _follow(channel: Channel, here: Launch, run: Any) -> None:
         if learner is None:
             raise RuntimeError(f"rank {here.ranks.rank}: {command!r} before the learner exists")
         if command == "update":
-            trajectories, advantages, lr_scale = args
-            learner.apply_update(trajectories, advantages, lr_scale=lr_scale)
+            trajectories, advantages, lr_scale, weights = args
+            learner.apply_update(trajectories, advantages, lr_scale=lr_scale, weights=weights)
         elif command == "optimizer_state":
             learner.optimizer_state()
         elif command == "load":
