@@ -212,6 +212,43 @@ class Conversation:
             self._start_sample(*self._prompt(self.messages))
             return list(self._segments)
 
+    # ---- trials (nothing changes) ------------------------------------------------------------
+    def length_with(self, messages: Sequence[dict[str, Any]]) -> int | None:
+        """How many tokens the current sample would hold after `messages` as the next
+        observation; None if they would start a new sample (a prefix break). Nothing
+        changes (a context policy's look ahead: `tracerl.rollout.context`)."""
+        closed = len(self._closed)
+        return self._trial(lambda: self.add_observation(messages), closed)
+
+    def length_of_restart(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> int | None:
+        """How many tokens a new sample whose prompt is `messages` would start with (see
+        `restart`); nothing changes."""
+        return self._trial(lambda: self.restart(messages, tools, reason="trial"), None)
+
+    def _trial(self, change: Any, closed: int | None) -> int | None:
+        saved_warned = getattr(self.renderer, "warned_prefix_break", None)
+        if saved_warned is not None:  # a trial warns of nothing
+            self.renderer.warned_prefix_break = True
+        result: list[int | None] = [None]
+
+        class _Undo(Exception):
+            pass
+
+        try:
+            with self._transaction():
+                change()
+                same_sample = closed is None or len(self._closed) == closed
+                result[0] = len(self.token_ids) if same_sample else None
+                raise _Undo
+        except _Undo:
+            pass
+        finally:
+            if saved_warned is not None:
+                self.renderer.warned_prefix_break = saved_warned
+        return result[0]
+
     # ---- internals -------------------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[None]:

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tracerl.rollout.context.config import ContextConfig
 
 
 class _Config(BaseModel):
@@ -99,6 +101,9 @@ class RolloutConfig(_Config):
     """Retries of environment steps that failed for infrastructure reasons."""
     max_turn_tokens: int = Field(256, ge=1)
     """The most tokens sampled in one model turn."""
+    context: ContextConfig = ContextConfig()
+    """What an episode does when its context fills up: stop (default), compact (a summary
+    and the last turns in a new sample) or drop old tool outputs (docs/long-horizon.md)."""
     observation_max_tokens: int = Field(512, ge=8)
     """Longer tool outputs are cut to this many tokens, with a visible marker."""
     max_parse_errors: int = Field(3, ge=1)
@@ -112,6 +117,26 @@ class RolloutConfig(_Config):
     more than a setting: asynchronous training sets ``between_turns`` itself, and the value is
     kept in each episode's receipt."""
 
+    @model_validator(mode="after")
+    def _context_room(self) -> RolloutConfig:
+        """A context policy needs room for what it keeps in reserve (docs/long-horizon.md)."""
+        c, limit = self.context, self.budgets.context_tokens
+        if c.policy == "stop" or limit is None:
+            return self
+        if c.policy == "compact" and c.summarizer.by == "policy":
+            reserve = c.reserve_tokens or self.max_turn_tokens + self.observation_max_tokens
+            need, what = reserve + c.summarizer.max_tokens, "the reserve and a summarize turn"
+        else:
+            need, what = c.reserve_tokens or self.max_turn_tokens, "the reserve"
+        if need >= limit:
+            raise ValueError(
+                f"rollout.context.policy={c.policy}: {what} ({need} tokens) leave no room in "
+                f"budgets.context_tokens={limit}: raise context_tokens, or lower "
+                "max_turn_tokens, observation_max_tokens, context.reserve_tokens or "
+                "context.summarizer.max_tokens"
+            )
+        return self
+
 
 class Ledger:
     """Budget accounting for one episode."""
@@ -122,6 +147,8 @@ class Ledger:
         self.rollout_id, self.task_id = rollout_id, task_id
         self.budgets, self.reserve = budgets, reserve
         self.used = {"steps": 0, "tool_calls": 0, "sampled_tokens": 0, "write_actions": 0}
+        # what keeping the context in budget cost (`tracerl.rollout.context`)
+        self.used.update(compactions=0, summary_tokens=0, summarizer_calls=0)
         self.context_tokens = 0
         self.events: list[dict[str, Any]] = []
         self.elapsed_s: list[float] = []  # wall time before each model turn (replay reuses it)

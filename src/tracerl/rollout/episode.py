@@ -165,6 +165,7 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
             for k, r in sorted(run.records.items())
         ],
         ledger=run.ledger.to_dict(stop.value, run.env.side_effect_guard),
+        compactions=list(run.context.records) if hasattr(run, "context") else [],
         stop_reason=stop.value,
         attribution=attribution.value,
         gradient_eligible=eligible,

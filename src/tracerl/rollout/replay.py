@@ -27,6 +27,7 @@ from tracerl.envs.registry import make_from_spec
 from tracerl.envs.tools import Tool, ToolSet
 from tracerl.errors import UserError
 from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.context import recorded_summaries
 from tracerl.rollout.runner import Policy, run_episode
 from tracerl.rollout.sampler import SampleRequest, ScriptedSampler
 from tracerl.types import Receipt, Source, ToolCall, Trajectory, TrajectoryError
@@ -203,6 +204,7 @@ async def replay_exact(
             clock=lambda step: next(elapsed, 0.0),
             sleep=no_sleep,
             template_kwargs=receipt.template_kwargs,
+            summarize=recorded_summaries(receipt.compactions),
         )
     except (ReplayError, TrajectoryError) as e:
         return ReplayReport(receipt.episode_id, False, str(e))

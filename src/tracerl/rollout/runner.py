@@ -33,6 +33,7 @@ from tracerl.envs.base import CallOutcome, Env, Message, StepResult, release_too
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
+from tracerl.rollout.context import EpisodeContext, Summarize
 from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import gave_up, observation, step_with_retries
@@ -55,16 +56,19 @@ async def run_episode(
     clock: Callable[[int], float] | None = None,
     sleep: Sleep = asyncio.sleep,
     template_kwargs: dict[str, Any] | None = None,
+    summarize: Summarize | None = None,
 ) -> Episode:
     """Run one episode to its stop reason. The env is closed afterwards.
 
-    `clock(step)` returns the seconds elapsed before model turn `step`, and
-    `template_kwargs` the chat template's per-conversation values; replay passes the recorded
-    ones. By default: the wall clock since the episode started, and today's date.
+    `clock(step)` returns the seconds elapsed before model turn `step`, `template_kwargs`
+    the chat template's per-conversation values, and `summarize` writes compactions'
+    summaries (``rollout.context``); replay passes the recorded ones. By default: the wall
+    clock since the episode started, today's date, the configured summarizer.
     """
     cfg = config or RolloutConfig()
     prepared = await asyncio.gather(asyncio.to_thread(env.prepare), return_exceptions=True)
     run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
+    run.context = EpisodeContext(cfg, summarize)
     if isinstance(failed := prepared[0], Exception):  # set-up before the episode's clock
         run.prepare_error = f"prepare failed: {type(failed).__name__}: {failed}"
     try:
@@ -133,6 +137,7 @@ class _EpisodeRun:
         self.final_state: dict[str, Any] | None = None
         self.prepare_error: str | None = None
         self.template_kwargs = template_kwargs  # None: the conversation picks (today's date)
+        self.context = EpisodeContext(config)
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:
@@ -158,8 +163,11 @@ class _EpisodeRun:
             if stop is not None:
                 break
             step = self.conv.step
-            res = await self._sample(step)
-            action = self.policy.parser.parse(self._text(res), step=step)
+            if self.context.summary_due:  # the context asked for a summary: this turn
+                stop = await self.context.write_summary(self, step)
+                continue
+            res = await self.sample_turn(step)
+            action = self.policy.parser.parse(self.text_of(res), step=step)
             self.conv.add_policy(
                 res.token_ids,
                 res.logprobs,
@@ -213,11 +221,15 @@ class _EpisodeRun:
         """A budget ran out: if the agent had been routed to finalize, that is why it stopped."""
         return StopReason(self.ledger.finalize) if self.ledger.finalize else default
 
-    async def _sample(self, step: int) -> SampleResult:
-        request = turn_request(self.conv, self.cfg, self.ledger, self.seed, self.episode_id)
+    async def sample_turn(self, step: int, cap: int | None = None) -> SampleResult:
+        """The model's next turn (at most `cap` tokens, when given)."""
+        request = turn_request(
+            self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=cap
+        )
         return await self.policy.sampler.sample(request)
 
-    def _text(self, res: SampleResult) -> str:
+    def text_of(self, res: SampleResult) -> str:
+        """A turn's text, less the stop token that ended it."""
         ids = res.token_ids
         if res.finish_reason == "stop" and ids and ids[-1] in self.policy.renderer.stop_token_ids:
             ids = ids[:-1]
@@ -229,7 +241,7 @@ class _EpisodeRun:
         rec.update(action=action.to_dict(), policy_error=False, infra_error=False, attempts=[])
         t0 = time.perf_counter()
         if action.error is not None:
-            return self._parse_error(step, action.error, rec, res)
+            return await self._parse_error(step, action.error, rec, res)
         if action.is_final and res.finish_reason == "length":
             self._log_step(step, "answer_cut", t0, res, rec, None)
             return StopReason.MAX_TOKENS  # the answer was cut off by the token limit
@@ -242,7 +254,7 @@ class _EpisodeRun:
             return StopReason.ANSWERED
         return await self._tool_step(step, action, res, rec, t0)
 
-    def _parse_error(
+    async def _parse_error(
         self, step: int, fault: Fault, rec: dict[str, Any], res: SampleResult
     ) -> StopReason | None:
         self.parse_errors += 1
@@ -251,7 +263,7 @@ class _EpisodeRun:
         if self.parse_errors >= self.cfg.max_parse_errors:
             return StopReason.PARSE_ERROR_LIMIT
         note = f"Your last message could not be read ({fault.message})."
-        return self._observe(step, [{"role": "user", "content": note}], rec)
+        return await self._observe(step, [{"role": "user", "content": note}], rec)
 
     async def _tool_step(
         self, step: int, action: Action, res: SampleResult, rec: dict[str, Any], t0: float
@@ -288,7 +300,7 @@ class _EpisodeRun:
             self.announced = True
             rec["finalize"] = self.ledger.finalize
             messages.append({"role": "user", "content": self.cfg.reserve.instruction})
-        return self._observe(step, messages, rec)
+        return await self._observe(step, messages, rec)
 
     def _gate(self, action: Action) -> tuple[list[Any], list[CallOutcome], StopReason | None]:
         """Which calls run. Refusals are the policy's faults, shown to it as tool results."""
@@ -369,13 +381,13 @@ class _EpisodeRun:
         self.ledger.finalize = trigger.value
         return None
 
-    def _observe(self, step: int, messages: list[Message], rec: dict[str, Any]) -> None:
+    async def _observe(
+        self, step: int, messages: list[Message], rec: dict[str, Any]
+    ) -> StopReason | None:
+        """Append the observation, or compact the context first (`tracerl.rollout.context`)."""
         rec["observation_messages"] = messages
-        if messages:
-            self.conv.add_observation(messages)
-        else:
-            self.conv.add_observation([{"role": "user", "content": "(no output)"}])
-        return None
+        messages = messages or [{"role": "user", "content": "(no output)"}]
+        return await self.context.observe(self, step, messages, rec)
 
     def _log_step(
         self,

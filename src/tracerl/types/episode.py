@@ -233,6 +233,10 @@ class Receipt:
     """For an episode an agent harness drove through the gateway (`tracerl.gateway`): the
     agent's import path, its session, requests, history breaks, what it returned or raised
     (and whose fault that was); None: tracerl's own episode runner."""
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    """Each time the context was compacted (``rollout.context``): the step, the tokens
+    before and after, who wrote the summary (and its text), which of the old sample's
+    messages were kept, dropped or replaced, the new sample's index."""
     worker: dict[str, Any] | None = None
     """Where it ran when not in the training process (``{"backend": "ray", "worker",
     "node", "pid", "failed_attempts": [{"worker", "error"}]}``: rollout workers that died

@@ -1,0 +1,83 @@
+"""``rollout.context``: what an episode does when its context fills up."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SUMMARY_INSTRUCTION = (
+    "Your context is nearly full and will be cleared. Write a summary for yourself to "
+    "continue from: the task, every fact you found so far (names, numbers, sources), and "
+    "what is left to do. Write only the summary."
+)
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class SummarizerConfig(_Config):
+    """Who writes a compaction's summary."""
+
+    by: Literal["policy", "function", "endpoint"] = "policy"
+    """``policy``: the policy itself, in a summarize turn (its tokens are policy tokens and
+    train with the episode's advantage); ``function``: `fn` (environment-authored text, no
+    loss; its failure is the environment's); ``endpoint``: an OpenAI-compatible chat
+    completions server that is not the policy's (`base_url`, `model`), the same way."""
+    instruction: str = SUMMARY_INSTRUCTION
+    """``policy``: shown as a user turn (environment tokens, never trained on) before the
+    summarize turn; ``endpoint``: the system message of the request."""
+    max_tokens: int = Field(128, ge=8)
+    """The longest summary, in tokens (``policy``: the summarize turn's limit, within what
+    the context and the sampled-token budget leave; ``endpoint``: the request's)."""
+    fn: str | None = None
+    """``function``: ``module:function`` taking the conversation's messages (a list of
+    ``{"role", "content"}``) and returning the summary (a str, or an awaitable of one)."""
+    base_url: str | None = None
+    """``endpoint``: the server's base URL (``http://host:port/v1``)."""
+    model: str | None = None
+    """``endpoint``: the model name sent in the request."""
+    api_key_env: str | None = None
+    """``endpoint``: the environment variable holding its API key (none sent if unset)."""
+    timeout_s: float = Field(60.0, gt=0)
+    """``function``, ``endpoint``: the longest a summary may take; past it, the
+    environment's failure."""
+
+    @model_validator(mode="after")
+    def _needs(self) -> SummarizerConfig:
+        if self.by == "function" and not self.fn:
+            raise ValueError(
+                "rollout.context.summarizer.by=function needs summarizer.fn "
+                "(module:function returning the summary text)"
+            )
+        if self.by == "endpoint" and not (self.base_url and self.model):
+            raise ValueError(
+                "rollout.context.summarizer.by=endpoint needs summarizer.base_url and "
+                "summarizer.model (an OpenAI-compatible server that is not the policy's)"
+            )
+        return self
+
+
+class ContextConfig(_Config):
+    """What a native episode does when the next turn would not fit in
+    ``budgets.context_tokens`` (`tracerl.rollout.context`, docs/long-horizon.md)."""
+
+    policy: Literal["stop", "compact", "drop_observations"] = "stop"
+    """``stop``: the episode ends ``context_overflow``; ``compact``: it continues in a new
+    sample whose prompt is the task, a summary and the last `keep_turns` turns verbatim;
+    ``drop_observations``: it continues in a new sample whose older tool outputs are
+    replaced by `marker`."""
+    reserve_tokens: int | None = Field(None, ge=1)
+    """Room kept for the next turn: a compaction happens when the context after an
+    observation would leave less. None: ``max_turn_tokens``."""
+    keep_turns: int = Field(1, ge=0)
+    """The last model turns (each with its observation) a compaction keeps verbatim."""
+    max_compactions: int = Field(8, ge=1)
+    """The most compactions in one episode; after them, a full context stops it."""
+    summarizer: SummarizerConfig = SummarizerConfig()
+    """Who writes a compaction's summary (``compact`` only)."""
+    summary_prefix: str = "Summary of your work so far (your earlier turns were cleared):\n"
+    """Put before the summary in the new sample's prompt (a user message)."""
+    marker: str = "[tool output removed to save context]"
+    """``drop_observations``: what replaces a dropped tool output."""
