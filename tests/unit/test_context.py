@@ -119,7 +119,10 @@ def test_a_policy_summary_trains_and_the_new_sample_starts_from_it(tiny):
 
 
 def test_the_record_names_exactly_the_messages_kept_and_dropped(tiny):
-    ep = run(tiny, ContextConfig(policy="compact", keep_turns=1, summarizer=SummarizerConfig(instruction=ASK)))
+    ep = run(
+        tiny,
+        ContextConfig(policy="compact", keep_turns=1, summarizer=SummarizerConfig(instruction=ASK)),
+    )
     first = ep.receipt.compactions[0]
     sample0, sample1 = ep.trajectories[0], ep.trajectories[1]
     # the old sample's messages: the task, then (call, tool output) per read
@@ -165,7 +168,11 @@ def test_a_configured_summarizer_writes_environment_text_that_never_trains(tiny)
     assert comps and len(calls) == len(comps) == ep.receipt.ledger["used"]["summarizer_calls"]
     assert comps[0]["summary"].startswith("From the pages: page 1, page 2")
     for c, t in zip(comps, ep.trajectories[1:], strict=False):
-        assert c["summary_by"] == "function" and c["summary"] in spans(t) and "From the pages" not in loss_text(t)
+        assert (
+            c["summary_by"] == "function"
+            and c["summary"] in spans(t)
+            and "From the pages" not in loss_text(t)
+        )
     assert all("From the pages" not in loss_text(t) for t in ep.trajectories)
     assert ep.receipt.ledger["used"]["summary_tokens"] == 0  # the policy wrote none
     n = len(calls)
@@ -212,6 +219,6 @@ def test_a_summarizer_must_be_configured_fully(by):
 
 
 def test_a_context_too_small_for_the_reserve_is_refused_at_config_time():
-    with pytest.raises(ValueError, match="leave no room in budgets.context_tokens=400"):
+    with pytest.raises(ValueError, match=r"leave no room in budgets\.context_tokens=400"):
         RolloutConfig(budgets=Budgets(context_tokens=400), context=ContextConfig(policy="compact"))
     RolloutConfig(budgets=Budgets(context_tokens=400), context=ContextConfig())  # stop: fine
