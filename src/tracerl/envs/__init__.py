@@ -10,6 +10,7 @@ from tracerl.envs.faults import FaultInjector, SlowTools
 from tracerl.envs.parsers import PARSERS, Action, ParseError, get_parser, parser_for_model
 from tracerl.envs.refund_desk import RefundDesk
 from tracerl.envs.registry import make, register, registered
+from tracerl.envs.timeline import Timeline
 from tracerl.envs.tools import InfraError, PolicyError, Tool, ToolResult, ToolSet, tool
 
 
@@ -41,6 +42,7 @@ register("refund_desk", RefundDesk)
 register("coderepair", _coderepair_env)
 register("arithmetic", Arithmetic)
 register("search", _search_env)
+register("timeline", Timeline)
 
 
 def _verifiers_env(**kwargs):  # imported on use: verifiers runs in a venv of its own

@@ -30,15 +30,43 @@ def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> lis
 
 
 def reference_policy(
-    renderer: Any, model_id: str, probe: Any, tasks: list[dict[str, Any]], parser: ActionParser
+    renderer: Any,
+    model_id: str,
+    probe: Any,
+    tasks: list[dict[str, Any]],
+    parser: ActionParser,
+    summary_instruction: str | None = None,
 ) -> Policy:
     """A policy that plays `probe.check_script` for each of `tasks`, turn by turn (episodes
-    named by `group_episode_id`, which says whose task each is)."""
+    named by `group_episode_id`, which says whose task each is). With a
+    `summary_instruction` (a context that compacts with policy-written summaries,
+    `tracerl.rollout.context`), a turn asked for a summary answers with
+    `probe.check_summary(task, done)` (`done`: the script's actions played so far), and the
+    script goes on after it."""
     scripts = {t["id"]: reference_texts(probe, t, parser) for t in tasks}
+    by_id = {t["id"]: t for t in tasks}
+    summaries: dict[str, int] = {}  # per episode: summaries written so far
+    ask = renderer.encode(summary_instruction, content=True) if summary_instruction else []
 
     def turn(request: Any) -> str:
-        texts = scripts[episode_task_id(request.episode_id)]
-        return texts[min(request.turn, len(texts) - 1)]
+        task_id = episode_task_id(request.episode_id)
+        texts, eid = scripts[task_id], request.episode_id
+        written = summaries.get(eid, 0)
+        done = request.turn - written  # script turns played before this one
+        tail = renderer.decode(list(request.prompt_ids[-(len(ask) + 24) :])) if ask else ""
+        if ask and summary_instruction in tail:
+            summaries[eid] = written + 1
+            return _summary(probe, by_id[task_id], done, texts)
+        return texts[min(done, len(texts) - 1)]
 
     sampler = ScriptedSampler.from_texts(renderer, turn, logprob=0.0)
     return Policy(sampler, renderer, parser, model_id)
+
+
+def _summary(probe: Any, task: dict[str, Any], done: int, texts: list[str]) -> str:
+    """The reference's summary: the environment's own (`check_summary`), or where its script
+    stands."""
+    own = getattr(probe, "check_summary", None)
+    if own is not None:
+        return own(task, done)
+    return f"I have taken {done} of the {len(texts)} steps of my plan; next is step {done + 1}."

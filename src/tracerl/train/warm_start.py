@@ -38,6 +38,14 @@ from tracerl.train.metrics import gradient_eligible
 from tracerl.train.sft import sft
 
 
+def summary_instruction(rollout: RolloutConfig) -> str | None:
+    """What asks the policy for a summary, when its context compacts with policy-written
+    summaries (the reference agent writes one there too); None otherwise."""
+    c = rollout.context
+    writes = c.policy == "compact" and c.summarizer.by == "policy"
+    return c.summarizer.instruction if writes else None
+
+
 def warm_start(
     bundle: Any,
     env: Callable[[], Any],
@@ -62,7 +70,9 @@ def warm_start(
         run_groups(
             env,
             tasks,
-            reference_policy(bundle.renderer, bundle.spec, probe, tasks, parser),
+            reference_policy(
+                bundle.renderer, bundle.spec, probe, tasks, parser, summary_instruction(rollout)
+            ),
             rollout,
             group_size=1,
             seed=0,

@@ -7,9 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SUMMARY_INSTRUCTION = (
-    "Your context is nearly full and will be cleared. Write a summary for yourself to "
-    "continue from: the task, every fact you found so far (names, numbers, sources), and "
-    "what is left to do. Write only the summary."
+    "Your context is full and will be cleared. Write a short summary to continue from: "
+    "what you found so far and what is left to do."
 )
 
 

@@ -55,6 +55,7 @@ class EpisodeContext:
             # the summarize turn comes one step early: after the next turn and its
             # observation (at most observation_max_tokens) it might no longer fit
             self.reserve = rollout.max_turn_tokens + rollout.observation_max_tokens
+        self.ask_tokens = 0  # what asking for a summary adds (measured at the first ask)
         self.records: list[dict[str, Any]] = []
         self.due: dict[str, Any] | None = None  # a summarize turn asked for
         self.summarized = False  # the current sample's prompt holds a summary
@@ -100,6 +101,7 @@ class EpisodeContext:
             run.conv.add_observation(messages)  # room enough (or a prefix break anyway)
             return None
         n = run.conv.length_with(messages) or with_ask
+        self.ask_tokens = max(self.ask_tokens, with_ask - n)
         cap = min(cap, limit - with_ask)
         left = run.ledger.remaining("sampled_tokens")
         if left is not None:
@@ -187,8 +189,8 @@ class EpisodeContext:
             messages, kept, replaced = self._prompt(run, source, head, summary, keep)
             length = conv.length_of_restart(messages, tools)
             chosen = (messages, kept, replaced, length)
-            if length is not None and length + self.final_turn <= (self.limit or 0):
-                break  # the most turns that leave room for the next one
+            if length is not None and length + self._room_after() <= (self.limit or 0):
+                break  # the most turns that leave room for what comes next
         assert chosen is not None
         messages, kept, replaced, length = chosen
         reason = f"compaction {len(self.records) + 1}: {self.cfg.policy}"
@@ -210,6 +212,13 @@ class EpisodeContext:
         }
         self.records.append(record)
         return record
+
+    def _room_after(self) -> int:
+        """What a new sample must leave free: the next turn; with policy-written summaries,
+        also room to ask for the next summary in time (`reserve` and the summary)."""
+        if self.policy_writes:
+            return self.reserve + self.ask_tokens + self.cfg.summarizer.max_tokens
+        return self.final_turn
 
     def _prompt(
         self, run: Any, source: list[Message], head: int, summary: str | None, keep: int

