@@ -12,8 +12,8 @@ article; under ``compact`` the policy carries the years it found in its summarie
 (docs/long-horizon.md).
 
 Splits by article: ``heldout`` tasks hold only articles no training task has (one in
-five, by a hash of the article's id). Reward: ``all_years`` (1 when every year is right, in order: the success) and
-``years`` (the share right, in order: dense, what GRPO climbs).
+five, by a hash of the article's id). Reward: ``all_years`` (1 when every year is right, in
+order: the success) and ``years`` (the share right, in order: dense, what GRPO climbs).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 from tracerl.envs.base import Message, StepResult, ToolEnv
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import PolicyError, tool
-from tracerl.types import ToolCall
 from tracerl.rewards.compose import RewardContext, Score, component
+from tracerl.types import ToolCall
 
 TIMELINE_REWARD = """
 components:
