@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tracerl.rollout.context.config import ContextConfig
+from tracerl.rollout.context.config import ContextConfig, SubagentConfig
 
 
 class _Config(BaseModel):
@@ -104,6 +104,9 @@ class RolloutConfig(_Config):
     context: ContextConfig = ContextConfig()
     """What an episode does when its context fills up: stop (default), compact (a summary
     and the last turns in a new sample) or drop old tool outputs (docs/long-horizon.md)."""
+    subagents: SubagentConfig | None = None
+    """Let the policy delegate sub-tasks to child episodes of itself (the environment offers
+    the tool); None: off (docs/long-horizon.md)."""
     observation_max_tokens: int = Field(512, ge=8)
     """Longer tool outputs are cut to this many tokens, with a visible marker."""
     max_parse_errors: int = Field(3, ge=1)

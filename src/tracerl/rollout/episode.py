@@ -122,11 +122,20 @@ def finish_episode(run: Any, stop: StopReason) -> Episode:
             steps=tuple({**s, **run.records.get(s["step"], {})} for s in t.steps),
             receipt=receipt.to_dict(),
             episode_id=run.episode_id,
+            agent=getattr(run, "agent", ""),
             _cache={},
         )
         for t in samples
     ]
     steps = [dict(s) for t in trajectories for s in t.steps]
+    # a sub-agent's samples are the episode's too, after its own (their receipts are theirs)
+    for child in getattr(getattr(run, "delegation", None), "children", ()):
+        for t in child.trajectories:
+            trajectories.append(
+                dataclasses.replace(
+                    t, episode_id=run.episode_id, sample_index=len(trajectories), _cache={}
+                )
+            )
     return Episode(trajectories, receipt, stop, attribution, eligible, steps)
 
 
@@ -166,6 +175,8 @@ def build_receipt(run: Any, stop: StopReason, attribution: Attribution, eligible
         ],
         ledger=run.ledger.to_dict(stop.value, run.env.side_effect_guard),
         compactions=list(run.context.records) if hasattr(run, "context") else [],
+        children=list(run.delegation.records) if hasattr(run, "delegation") else [],
+        parent=getattr(run, "parent", None),
         stop_reason=stop.value,
         attribution=attribution.value,
         gradient_eligible=eligible,
@@ -190,7 +201,7 @@ def episode_from_trajectories(trajectories: list[Trajectory]) -> Episode:
     """An episode read back from the run directory (all its samples, in order)."""
     trajectories = sorted(trajectories, key=lambda t: t.sample_index)
     receipt = Receipt.from_dict(trajectories[0].receipt)
-    steps = [dict(s) for t in trajectories for s in t.steps]
+    steps = [dict(s) for t in trajectories if not t.agent for s in t.steps]
     reward = trajectories[0].reward
     return Episode(
         trajectories,

@@ -44,8 +44,14 @@ def _no_agent_replay(receipt: Receipt) -> ReplayError:
     )
 
 
-def _steps(trajectories: Sequence[Trajectory]) -> dict[int, dict[str, Any]]:
-    return {s["step"]: s for t in trajectories for s in t.steps}
+def _steps(trajectories: Sequence[Trajectory], agent: str = "") -> dict[int, dict[str, Any]]:
+    """The step records of one agent of the episode ("": its own; ``d0``...: a sub-agent's)."""
+    return {s["step"]: s for t in trajectories if t.agent == agent for s in t.steps}
+
+
+def _agent_of(episode_id: str | None, root: str) -> str:
+    """Which agent asks: a sub-agent's episode id is its root's, then its path."""
+    return (episode_id or "")[len(root) + 1 :] if (episode_id or "") != root else ""
 
 
 def _receipt(trajectories: Sequence[Trajectory]) -> Receipt:
@@ -85,15 +91,21 @@ def recorded_policy(
 ) -> Policy:
     """The recorded policy: each model turn answered with the tokens (and log-probs) it was
     recorded with; a turn never recorded raises `missing` (the replay asked for more)."""
-    turns = {s.step: s for t in trajectories for s in t.segments if s.source is Source.POLICY}
+    turns = {
+        (t.agent, s.step): s for t in trajectories for s in t.segments if s.source is Source.POLICY
+    }
+
+    def key(req: SampleRequest) -> tuple[str, int]:
+        return _agent_of(req.episode_id, receipt.episode_id), req.turn
 
     def tokens(req: SampleRequest) -> list[int]:
-        if req.turn not in turns:
-            raise missing(f"the replay sampled turn {req.turn}, which was never recorded")
-        return list(turns[req.turn].token_ids)
+        if key(req) not in turns:
+            agent = f" of sub-agent {key(req)[0]}" if key(req)[0] else ""
+            raise missing(f"the replay sampled turn {req.turn}{agent}, which was never recorded")
+        return list(turns[key(req)].token_ids)
 
     def logprobs(req: SampleRequest) -> list[float]:
-        return list(turns[req.turn].logprobs or ())
+        return list(turns[key(req)].logprobs or ())
 
     sampler = ScriptedSampler(tokens, logprobs=logprobs, policy_version=receipt.policy_version or 0)
     return Policy(sampler, renderer, get_parser(receipt.parser), receipt.model_id)
@@ -102,14 +114,21 @@ def recorded_policy(
 class RecordedEnv(Env):
     """Answers each `step` with the recorded result of that attempt, in recorded order."""
 
-    def __init__(self, receipt: Receipt, steps: dict[int, dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        receipt: Receipt,
+        steps: dict[int, dict[str, Any]],
+        agents: dict[str, dict[int, dict[str, Any]]] | None = None,
+    ) -> None:
         self.name, self.version = receipt.env["name"], receipt.env["version"]  # type: ignore[misc]
         self.side_effect_guard = receipt.side_effect_guard
         self.tools = _recorded_tools(receipt)
         self.receipt = receipt
-        self.queue = [
-            (k, attempt) for k, rec in sorted(steps.items()) for attempt in rec.get("attempts", [])
-        ]
+        self.queues = {
+            agent: [(k, a) for k, rec in sorted(s.items()) for a in rec.get("attempts", [])]
+            for agent, s in {**(agents or {}), "": steps}.items()
+        }
+        self.queue = self.queues[""]
         self.steps = steps
         self.error: str | None = None  # the first way the replay left the recording
 
@@ -119,15 +138,23 @@ class RecordedEnv(Env):
         return [dict(m) for m in self.receipt.reset_messages]
 
     async def step(self, action: Action) -> StepResult:
-        if not self.queue:
-            return self._diverged("the replay asked the environment for more steps than recorded")
-        k, attempt = self.queue.pop(0)
+        return await self.step_as("", action)
+
+    async def step_as(self, agent: str, action: Action) -> StepResult:
+        """A step of one agent of the episode (a sub-agent's calls run here too)."""
+        queue = self.queues.get(agent, [])
+        who = f" (sub-agent {agent})" if agent else ""
+        if not queue:
+            return self._diverged(
+                f"the replay asked the environment for more steps than recorded{who}"
+            )
+        k, attempt = queue.pop(0)
         got = [(c.id, c.name, c.arguments) for c in action.tool_calls]
         if "exception" in attempt:
             raise RuntimeError(f"recorded env exception: {attempt['exception']}")
         want = [(c["call_id"], *c["action"].values()) for c in attempt["calls"]]
         if got != want and (got or want):
-            return self._diverged(f"step {k}: the replay sent {got}, the recording has {want}")
+            return self._diverged(f"step {k}{who}: the replay sent {got}, the recording has {want}")
         return StepResult(
             messages=[dict(m) for m in attempt["messages"]],
             terminated=attempt["terminated"],
@@ -192,7 +219,8 @@ async def replay_exact(
     async def no_sleep(_: float) -> None:
         return None
 
-    env = RecordedEnv(receipt, steps)
+    agents = {t.agent for t in trajectories if t.agent}
+    env = RecordedEnv(receipt, steps, {a: _steps(trajectories, a) for a in agents})
     try:
         episode = await run_episode(
             env,
@@ -283,10 +311,11 @@ async def replay_live(
     try:
         report.steps.append(await _live_reset(env, receipt))
         report.steps.append(_tool_drift(env, receipt))
-        for k, rec in sorted(_steps(trajectories).items()):
+        for agent, k, rec in _in_order(trajectories, receipt):
             attempts = [a for a in rec.get("attempts", []) if "calls" in a]
             if not attempts:
                 continue
+            label: int | str = f"{agent}:{k}" if agent else k
             final = attempts[-1]
             executed = {c["call_id"] for c in final["calls"]}
             action = _action(rec)
@@ -294,12 +323,28 @@ async def replay_live(
             try:
                 live = await env.step(Action("", calls, action.answer))
             except Exception as e:  # an infra regression is a finding, not a crash
-                report.steps.append(Drift(k, "failed", f"{type(e).__name__}: {e}"))
+                report.steps.append(Drift(label, "failed", f"{type(e).__name__}: {e}"))
                 continue
-            report.steps.append(_compare(k, final, live))
+            report.steps.append(_compare(label, final, live))
     finally:
         await env.close()
     return report
+
+
+def _in_order(
+    trajectories: Sequence[Trajectory], receipt: Receipt
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """Every agent's steps as they reached the environment: a step's sub-agents (which the
+    runner runs before the step's own calls), then the step."""
+    children: dict[int, list[str]] = {}
+    for c in receipt.children:
+        children.setdefault(c["step"], []).append(c["agent"])
+    out: list[tuple[str, int, dict[str, Any]]] = []
+    for k, rec in sorted(_steps(trajectories).items()):
+        for agent in children.get(k, []):
+            out += [(agent, j, r) for j, r in sorted(_steps(trajectories, agent).items())]
+        out.append(("", k, rec))
+    return out
 
 
 async def _live_reset(env: Env, receipt: Receipt) -> Drift:
@@ -327,7 +372,7 @@ def _contents(messages: Sequence[Message]) -> list[tuple[Any, Any]]:
     return [(m.get("role"), m.get("content")) for m in messages]
 
 
-def _compare(step: int, recorded: dict[str, Any], live: StepResult) -> Drift:
+def _compare(step: int | str, recorded: dict[str, Any], live: StepResult) -> Drift:
     faults = [f.kind.value for f in live.faults()]
     if _contents(live.messages) == _contents(recorded["messages"]):
         return Drift(step, "same")

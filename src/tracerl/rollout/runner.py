@@ -34,6 +34,7 @@ from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.context import EpisodeContext, Summarize
+from tracerl.rollout.context.subagents import Delegation
 from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import gave_up, observation, step_with_retries
@@ -57,18 +58,26 @@ async def run_episode(
     sleep: Sleep = asyncio.sleep,
     template_kwargs: dict[str, Any] | None = None,
     summarize: Summarize | None = None,
+    agent: str = "",
+    depth: int = 0,
+    parent: dict[str, Any] | None = None,
 ) -> Episode:
     """Run one episode to its stop reason. The env is closed afterwards.
 
     `clock(step)` returns the seconds elapsed before model turn `step`, `template_kwargs`
     the chat template's per-conversation values, and `summarize` writes compactions'
     summaries (``rollout.context``); replay passes the recorded ones. By default: the wall
-    clock since the episode started, today's date, the configured summarizer.
+    clock since the episode started, today's date, the configured summarizer. `agent`,
+    `depth` and `parent` are a sub-agent's (`tracerl.rollout.context.subagents`).
     """
     cfg = config or RolloutConfig()
     prepared = await asyncio.gather(asyncio.to_thread(env.prepare), return_exceptions=True)
     run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
     run.context = EpisodeContext(cfg, summarize)
+    run.delegation = Delegation(cfg, depth)
+    run.agent, run.parent = agent, parent
+    if agent:  # a sub-agent's episode id is its root's, then its path
+        run.root_episode_id = run.episode_id[: -len(agent) - 1]
     if isinstance(failed := prepared[0], Exception):  # set-up before the episode's clock
         run.prepare_error = f"prepare failed: {type(failed).__name__}: {failed}"
     try:
@@ -138,6 +147,9 @@ class _EpisodeRun:
         self.prepare_error: str | None = None
         self.template_kwargs = template_kwargs  # None: the conversation picks (today's date)
         self.context = EpisodeContext(config)
+        self.delegation = Delegation(config)
+        self.agent, self.parent = "", None  # a sub-agent's name and its parent's call
+        self.root_episode_id = self.episode_id
 
     # ---- the loop --------------------------------------------------------------------------
     async def run(self) -> Episode:
@@ -269,14 +281,17 @@ class _EpisodeRun:
         self, step: int, action: Action, res: SampleResult, rec: dict[str, Any], t0: float
     ) -> StopReason | None:
         allowed, refused, stop = self._gate(action)
+        mine, allowed = self.delegation.split(self.env, allowed)
+        delegated = [await self.delegation.run(self, step, c, run_episode) for c in mine]
         result = StepResult([])
         if allowed:
             result = await self._env_step(dataclasses.replace(action, tool_calls=allowed), rec)
             if result is None:
                 self._log_step(step, "+".join(c.name for c in allowed), t0, res, rec, None)
                 return StopReason.INFRA_FAILURE
-        outcomes = {o.call.id: o for o in result.calls} | {o.call.id: o for o in refused}
-        messages = self._merge(action, result, refused)
+        done = [*refused, *delegated]  # outcomes the environment never saw
+        outcomes = {o.call.id: o for o in result.calls} | {o.call.id: o for o in done}
+        messages = self._merge(action, result, done)
         self._account(outcomes.values())
         rec["calls"] = [outcomes[c.id].to_record() for c in action.tool_calls if c.id in outcomes]
         rec["policy_error"] = any(r["policy_error"] for r in rec["calls"])

@@ -237,6 +237,12 @@ class Receipt:
     """Each time the context was compacted (``rollout.context``): the step, the tokens
     before and after, who wrote the summary (and its text), which of the old sample's
     messages were kept, dropped or replaced, the new sample's index."""
+    children: list[dict[str, Any]] = field(default_factory=list)
+    """The sub-agents it delegated to (``rollout.subagents``): per child its agent name
+    (``d0``...), the step and call, its replay id, stop reason, owner, samples, sampled
+    tokens, tool calls and answer."""
+    parent: dict[str, Any] | None = None
+    """A sub-agent's: the episode, replay id and step of the call that started it."""
     worker: dict[str, Any] | None = None
     """Where it ran when not in the training process (``{"backend": "ray", "worker",
     "node", "pid", "failed_attempts": [{"worker", "error"}]}``: rollout workers that died

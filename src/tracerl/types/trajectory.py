@@ -258,6 +258,10 @@ class Trajectory:
     reward: dict[str, Any] | None = None
     episode_id: str | None = None
     sample_index: int = 0
+    agent: str = ""
+    """Which agent of the episode sampled it: "" for the episode's own, ``d0``, ``d1``...
+    for its sub-agents (`tracerl.rollout.context.subagents`): their samples are the
+    episode's too."""
     # Memoised derived arrays (not part of equality or serialization).
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -343,6 +347,7 @@ class Trajectory:
             "schema": SCHEMA,
             "episode_id": self.episode_id,
             "sample_index": self.sample_index,
+            **({"agent": self.agent} if self.agent else {}),
             "segments": [s.to_dict() for s in self.segments],
             "steps": list(self.steps),
             "receipt": self.receipt,
@@ -364,6 +369,7 @@ class Trajectory:
             _expect(step, dict, f"{where}, step {i}", "step")
         _expect(d.get("sample_index", 0), int, where, "sample_index")
         _expect(d.get("episode_id"), str | None, where, "episode_id")
+        _expect(d.get("agent", ""), str, where, "agent")
         for key in ("receipt", "reward"):
             _expect(d.get(key), dict | None, where, key)
         return cls(
@@ -375,4 +381,5 @@ class Trajectory:
             reward=d.get("reward"),
             episode_id=d.get("episode_id"),
             sample_index=d.get("sample_index", 0),
+            agent=d.get("agent", ""),
         )

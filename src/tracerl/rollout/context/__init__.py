@@ -11,13 +11,14 @@ episode's state and is what the runner calls; `ContextConfig` is the config sect
 This package never imports the runner, the budget or the turns modules (they import it).
 """
 
-from tracerl.rollout.context.config import ContextConfig, SummarizerConfig
+from tracerl.rollout.context.config import ContextConfig, SubagentConfig, SummarizerConfig
 from tracerl.rollout.context.manager import EpisodeContext
 from tracerl.rollout.context.summarizers import Summarize, SummarizerError, recorded_summaries
 
 __all__ = [
     "ContextConfig",
     "EpisodeContext",
+    "SubagentConfig",
     "Summarize",
     "SummarizerConfig",
     "SummarizerError",

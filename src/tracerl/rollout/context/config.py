@@ -58,6 +58,20 @@ class SummarizerConfig(_Config):
         return self
 
 
+class SubagentConfig(_Config):
+    """Sub-agents (`tracerl.rollout.context.subagents`): a call to `tool` runs a child
+    episode of the same policy, whose answer is the call's observation."""
+
+    tool: str = "delegate"
+    """The tool whose calls delegate (`tracerl.envs.delegation.Delegating` declares it);
+    the runner runs them, the environment never sees them."""
+    steps: int = Field(6, ge=1)
+    """A child's model turns. Its tool calls and sampled tokens come out of what its parent
+    has left (less one final turn of the parent's)."""
+    max_depth: int = Field(1, ge=1)
+    """How deep delegation nests: 1, children only (a child's delegate call is refused)."""
+
+
 class ContextConfig(_Config):
     """What a native episode does when the next turn would not fit in
     ``budgets.context_tokens`` (`tracerl.rollout.context`, docs/long-horizon.md)."""

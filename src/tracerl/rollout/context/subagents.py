@@ -1,0 +1,161 @@
+"""Sub-agents: the policy hands a sub-task to a child episode of itself.
+
+An environment lets the policy delegate by offering a tool named ``rollout.subagents.tool``
+(``delegate`` by default; `tracerl.envs.delegation.Delegating` declares one). The runner
+never sends that call to the environment: it runs a **child episode** of the same policy
+(`Delegation.run`): its own context (a fresh conversation whose prompt is the sub-task),
+the environment's other tools (the same world: the child's calls go to the parent's
+environment), budgets drawn from what the parent has left, and its final answer returned
+to the parent as the tool's observation.
+
+The child belongs to its parent's episode: its samples are samples of the parent episode
+(``agent`` names them: ``d0``, ``d1``...), so they train with the parent's advantage and
+the episode counts once in its group. The parent pays for the child in its ledger (its
+sampled tokens and tool calls). A child the environment failed (an outage, a crash) fails
+its parent's call as the environment's (the parent episode is then the environment's); a
+child that spends its budget without answering is a policy outcome: the parent sees that
+it stopped, and why. Receipts link both ways (the parent's ``children``, the child's
+``parent``); replay runs the tree again (`tracerl.rollout.replay`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tracerl.envs.base import CallOutcome, Env, Message, StepResult
+from tracerl.envs.parsers import Action
+from tracerl.envs.tools import ToolResult, ToolSet
+from tracerl.types import Attribution, Fault, FaultKind, ToolCall
+
+Spawn = Callable[..., Awaitable[Any]]
+"""The runner's `run_episode` (passed in: this package never imports the runner)."""
+
+
+class ChildEnv(Env):
+    """The environment as a child sees it: the parent's tools but the delegate one, its
+    sub-task as the prompt, its answer as its end. Its tool calls run on the parent's
+    environment (``step_as``, when the parent's records which agent called: replay)."""
+
+    def __init__(self, parent: Env, agent: str, hide: str) -> None:
+        self.parent, self.agent = parent, agent
+        self.name, self.version = parent.name, parent.version  # type: ignore[misc]
+        self.side_effect_guard = parent.side_effect_guard
+        self.tools = ToolSet([t for t in parent.tools if t.name != hide], guard=False)
+        self.spec = {**dict(getattr(parent, "spec", None) or {}), "agent": agent}
+        self.hide = hide
+
+    async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
+        return [{"role": "user", "content": task["prompt"]}]
+
+    async def step(self, action: Action) -> StepResult:
+        if not action.tool_calls:  # the child's answer: its episode ends
+            answer = {"text": action.answer or "", "citations": []}
+            return StepResult([], terminated=True, info={"answer": answer})
+        step_as = getattr(self.parent, "step_as", None)
+        return await (step_as(self.agent, action) if step_as else self.parent.step(action))
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [s for s in self.parent.tool_schemas() if s["function"]["name"] != self.hide]
+
+    def tool_versions(self) -> dict[str, str]:
+        return {k: v for k, v in self.parent.tool_versions().items() if k != self.hide}
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        raise NotImplementedError("a child environment has its parent's tasks")
+
+
+class Delegation:
+    """One episode's sub-agents: which calls delegate, running them, the records."""
+
+    def __init__(self, rollout: Any, depth: int = 0) -> None:
+        self.rollout = rollout
+        self.cfg = rollout.subagents  # None: nobody delegates
+        self.depth = depth
+        self.children: list[Any] = []  # the child episodes, in the order they ran
+        self.records: list[dict[str, Any]] = []  # the receipt's ``children``
+
+    def split(self, env: Env, calls: list[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
+        """(delegated calls, calls for the environment)."""
+        if self.cfg is None or self.cfg.tool not in env.tools:
+            return [], calls
+        mine = [c for c in calls if c.name == self.cfg.tool]
+        return mine, [c for c in calls if c.name != self.cfg.tool]
+
+    async def run(self, run: Any, step: int, call: ToolCall, spawn: Spawn) -> CallOutcome:
+        """Run `call` as a child episode; its outcome as the parent's tool call."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        text = call.arguments.get("task")
+        if not isinstance(text, str) or not text.strip():
+            fault = Fault(FaultKind.INVALID_ARGUMENTS, f"{cfg.tool}: give the sub-task as 'task'")
+            return CallOutcome(call, ToolResult.failure(fault))
+        if self.depth >= cfg.max_depth:
+            fault = Fault(FaultKind.FORBIDDEN_TOOL, f"{cfg.tool}: a sub-agent cannot delegate")
+            return CallOutcome(call, ToolResult.failure(fault))
+        k = len(self.children)
+        prefix = run.agent + "/" if run.agent else ""
+        agent = f"{prefix}d{k}"
+        child_env = ChildEnv(run.env, agent, cfg.tool)
+        child_cfg = self._budgets(run)
+        task = {"id": f"{run.task.get('id')}/{agent}", "prompt": text.strip()}
+        child = await spawn(
+            child_env,
+            task,
+            run.policy,
+            child_cfg,
+            seed=run.seed,
+            episode_id=f"{run.root_episode_id}/{agent}",
+            sleep=run.sleep,
+            agent=agent,
+            depth=self.depth + 1,
+            parent={"episode_id": run.episode_id, "replay_id": run.replay_id, "step": step},
+        )
+        self.children.append(child)
+        used = child.receipt.ledger.get("used", {})
+        run.ledger.used["sampled_tokens"] += used.get("sampled_tokens", 0)
+        run.ledger.used["tool_calls"] += used.get("tool_calls", 0)
+        answer = (child.steps[-1].get("info") or {}).get("answer") if child.steps else None
+        record = {
+            "agent": agent,
+            "step": step,
+            "call_id": call.id,
+            "replay_id": child.receipt.replay_id,
+            "stop_reason": child.stop_reason.value,
+            "attribution": child.attribution.value,
+            "samples": len(child.trajectories),
+            "sampled_tokens": used.get("sampled_tokens", 0),
+            "tool_calls": used.get("tool_calls", 0),
+            "answer": answer["text"] if answer else None,
+        }
+        self.records.append(record)
+        ms = (time.perf_counter() - t0) * 1000
+        if child.attribution in (Attribution.ENVIRONMENT, Attribution.UNKNOWN):
+            kind = FaultKind.SERVER_ERROR
+            if child.attribution is Attribution.UNKNOWN:
+                kind = FaultKind.UNKNOWN
+            why = child.receipt.error or child.stop_reason.value
+            return CallOutcome(
+                call, ToolResult.failure(Fault(kind, f"sub-agent {agent}: {why}"), ms)
+            )
+        if answer is None:  # the child's own outcome: it stopped without answering
+            note = f"(the sub-agent stopped without an answer: {child.stop_reason.value})"
+            return CallOutcome(call, ToolResult(note, latency_ms=ms))
+        return CallOutcome(call, ToolResult(answer["text"], latency_ms=ms))
+
+    def _budgets(self, run: Any) -> Any:
+        """The child's rollout settings: its own steps, what the parent has left of tool
+        calls and sampled tokens (less a final turn of the parent's), its own context."""
+        b = self.rollout.budgets
+        left_calls = run.ledger.remaining("tool_calls")
+        left_tokens = run.ledger.remaining("sampled_tokens")
+        if left_tokens is not None:
+            left_tokens = max(1, left_tokens - self.rollout.max_turn_tokens)
+        budgets = b.model_copy(
+            update={
+                "steps": self.cfg.steps,
+                "tool_calls": None if left_calls is None else max(0, left_calls - 1),
+                "sampled_tokens": left_tokens,
+            }
+        )
+        return self.rollout.model_copy(update={"budgets": budgets})
