@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any
 
 from tracerl.envs.base import Message, StepResult, ToolEnv
+from tracerl.envs.delegation import Delegating
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import PolicyError, tool
 from tracerl.rewards.compose import RewardContext, Score, component
@@ -74,8 +75,10 @@ def _cut(text: str, chars: int) -> str:
     return text[:chars].rsplit(" ", 1)[0] + " ..."
 
 
-class Timeline(ToolEnv):
-    """A task: `pages` articles; `open(n)` shows the n-th; the answer is their years."""
+class Timeline(Delegating, ToolEnv):
+    """A task: `pages` articles; `open(n)` shows the n-th; the answer is their years. With
+    `delegate`, the policy may also hand a range of articles to a sub-agent
+    (``rollout.subagents``): ``delegate(task)``, whose answer comes back."""
 
     name = "timeline"
     version = "1.0"
@@ -83,7 +86,12 @@ class Timeline(ToolEnv):
     reward_components = TIMELINE_REWARD
 
     def __init__(
-        self, pages: int = 8, page_chars: int = 200, tools_in_prompt: bool = False, **kwargs: Any
+        self,
+        pages: int = 8,
+        page_chars: int = 200,
+        tools_in_prompt: bool = False,
+        delegate: bool = False,
+        **kwargs: Any,
     ) -> None:
         """`tools_in_prompt`: render `open`'s JSON schema in the system prompt (about 150
         tokens of a small context); by default the task describes it in a sentence, and the
@@ -92,6 +100,10 @@ class Timeline(ToolEnv):
         if pages < 2 or page_chars < 40:
             raise ValueError("timeline: pages must be at least 2 and page_chars at least 40")
         self.pages, self.page_chars, self.tools_in_prompt = pages, page_chars, tools_in_prompt
+        self.delegates = delegate
+        if not delegate:  # the delegate tool only where sub-agents are the point
+            self._own_tools = [t for t in self._own_tools if t.name != "delegate"]
+            self._offer()
         self.task: dict[str, Any] = {}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
@@ -100,13 +112,19 @@ class Timeline(ToolEnv):
     async def setup(self, task: dict[str, Any], seed: int) -> list[Message]:
         self.task = task
         n = len(task["articles"])
+        how = (
+            "Hand ranges of articles to sub-agents with the tool delegate (argument task: "
+            "what to do), or open them yourself"
+            if self.delegates
+            else "Open each one with the tool open (argument n: the article's number), one "
+            "at a time,"
+        )
         return [
             {
                 "role": "user",
                 "content": (
-                    f"There are {n} Wikipedia articles, numbered 1 to {n}. Open each one "
-                    "with the tool open (argument n: the article's number), one at a time, "
-                    "and note the first year it mentions. Then answer with the "
+                    f"There are {n} Wikipedia articles, numbered 1 to {n}. {how} and note "
+                    "the first year each mentions. Then answer with the "
                     f"{n} years in article order, separated by spaces."
                 ),
             }
@@ -154,11 +172,34 @@ class Timeline(ToolEnv):
 
     # ---- the reference agent (check-env, the warm start) --------------------------------------
     def check_script(self, task: dict[str, Any]) -> list[Action]:
-        opens = [
+        """Open every article, then answer; with `delegate`: two sub-agents, half each."""
+        n = len(task["articles"])
+        if self.delegates:
+            halves = [(1, n // 2), (n // 2 + 1, n)]
+            asks = [
+                Action(text="", tool_calls=(ToolCall(f"call_{i}_0", "delegate", {"task": t}),))
+                for i, t in enumerate(self._subtask(a, b) for a, b in halves)
+            ]
+            return [*asks, Action(text="", answer=task["answers"][0])]
+        return [*self._opens(1, n), Action(text="", answer=task["answers"][0])]
+
+    def check_child_script(self, task: dict[str, Any], child: int) -> list[Action]:
+        """The reference sub-agent `child` (``d0``, ``d1``): its half of the articles."""
+        n = len(task["articles"])
+        first, last = (1, n // 2) if child == 0 else (n // 2 + 1, n)
+        years = " ".join(task["years"][first - 1 : last])
+        return [*self._opens(first, last), Action(text="", answer=years)]
+
+    @staticmethod
+    def _subtask(first: int, last: int) -> str:
+        return f"Open articles {first} to {last}; answer with the first year of each."
+
+    @staticmethod
+    def _opens(first: int, last: int) -> list[Action]:
+        return [
             Action(text="", tool_calls=(ToolCall(f"call_{i}_0", "open", {"n": i + 1}),))
-            for i in range(len(task["articles"]))
+            for i in range(first - 1, last)
         ]
-        return [*opens, Action(text="", answer=task["answers"][0])]
 
     def check_summary(self, task: dict[str, Any], done: int) -> str:
         """The reference agent's summary after `done` actions of its script: the years it

@@ -158,7 +158,8 @@ class EpisodeRecord:
 
     @property
     def steps(self) -> list[dict[str, Any]]:
-        by_step = {s["step"]: s for t in self.trajectories for s in t.steps if "step" in s}
+        own = [t for t in self.trajectories if not t.agent]  # a sub-agent's are its own
+        by_step = {s["step"]: s for t in own for s in t.steps if "step" in s}
         return [by_step[k] for k in sorted(by_step)]
 
     @property

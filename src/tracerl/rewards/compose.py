@@ -118,8 +118,9 @@ class RewardContext:
         cls, trajectories: Sequence[Trajectory], lookup: Callable[[str], str | None]
     ) -> RewardContext:
         receipt = trajectories[0].receipt or {}
+        own = [t for t in trajectories if not t.agent]  # a sub-agent's steps are its own
         steps = sorted(
-            {s["step"]: s for t in trajectories for s in t.steps}.values(), key=lambda s: s["step"]
+            {s["step"]: s for t in own for s in t.steps}.values(), key=lambda s: s["step"]
         )
         answer = next(
             (

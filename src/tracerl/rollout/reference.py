@@ -15,10 +15,14 @@ from tracerl.rollout.groups import episode_task_id
 from tracerl.rollout.sampler import ScriptedSampler
 
 
-def reference_texts(env: Any, task: dict[str, Any], parser: ActionParser) -> list[str]:
-    """The reference agent's turns for `task`, as this model family writes them."""
+def reference_texts(
+    env: Any, task: dict[str, Any], parser: ActionParser, child: int | None = None
+) -> list[str]:
+    """The reference agent's turns for `task`, as this model family writes them (those of
+    its sub-agent `child`, ``check_child_script``, when given)."""
     texts = []
-    for action in env.check_script(task):
+    actions = env.check_script(task) if child is None else env.check_child_script(task, child)
+    for action in actions:
         if action.tool_calls:
             calls = [(c.name, c.arguments) for c in action.tool_calls]
             texts.append(parser.format_calls(calls))
@@ -49,8 +53,13 @@ def reference_policy(
     ask = renderer.encode(summary_instruction, content=True) if summary_instruction else []
 
     def turn(request: Any) -> str:
-        task_id = episode_task_id(request.episode_id)
-        texts, eid = scripts[task_id], request.episode_id
+        eid = request.episode_id
+        root, _, agent = eid.partition("/")
+        task_id = episode_task_id(root)
+        texts = scripts[task_id]
+        if agent:  # a sub-agent of the reference (``d0``, ``d1``): its own script
+            child = int(agent.rsplit("/", 1)[-1][1:])
+            texts = reference_texts(probe, by_id[task_id], parser, child)
         written = summaries.get(eid, 0)
         done = request.turn - written  # script turns played before this one
         tail = renderer.decode(list(request.prompt_ids[-(len(ask) + 24) :])) if ask else ""
