@@ -20,6 +20,7 @@ import yaml
 
 from tracerl.report import facts as run_facts
 from tracerl.report import judges, sections
+from tracerl.report.long_horizon import section as long_horizon_section
 from tracerl.report.page import esc, page, table
 from tracerl.report.run import LEDGER_FILE, EpisodeRecord, RunData
 from tracerl.report.svg import Panel, Series, line_chart
@@ -271,6 +272,7 @@ def write_report(
     config = yaml.safe_dump(d.config, sort_keys=False) if d.config else "(no config.yaml)"
     async_curves = _async_curves(d)
     gap_curve = _gap_curve(d, len(CURVES) + len(async_curves) + 1)
+    long_horizon = long_horizon_section(d, len(CURVES) + len(async_curves) + len(gap_curve) + 1)
     cited = any(sections.has_metric(d, key) for _, key, _ in sections.SEARCH_ROWS)
     quality_heading = "Citations, latency, eligibility" if cited else "Latency, eligibility"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -296,6 +298,7 @@ def write_report(
             if gap_curve
             else ""
         )
+        + (f"<h2>Long horizons</h2>{long_horizon}" if long_horizon else "")
         + "<h2>Whose fault: attribution</h2>"
         + sections.attribution(d)
         + "<h2>How episodes ended</h2>"

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from tracerl.envs.base import Env
 from tracerl.envs.registry import make
 from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.context.metrics import context_metrics
 from tracerl.rollout.episode import ScoreFn, score_episode
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy, episode_seed, run_episode
@@ -292,6 +293,7 @@ def rollout_metrics(
         sum(s.get("latency_ms") or 0.0 for e in episodes for s in e.receipt.steps) / n
     )
     m["rollout/latency_p95_s"] = p95([e.receipt.wall_time_s or 0.0 for e in episodes])
+    m.update(context_metrics(episodes))  # samples, compactions, sub-agents
     agents = [e.receipt.agent for e in episodes if e.receipt.agent is not None]
     if agents:  # episodes an agent harness drove through the gateway (`tracerl.gateway`)
         m["agent/history_break_rate"] = sum(bool(a.get("history_breaks")) for a in agents) / n

@@ -71,6 +71,12 @@ def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         )
         / n,
     }
+    compacted = [e for e in episodes if e.reward is not None and e.receipt.compactions]
+    if compacted:  # success split by whether the context was compacted
+        rest = [e for e in episodes if e.reward is not None and not e.receipt.compactions]
+        m["success_compacted"] = sum(e.reward.succeeded for e in compacted) / len(compacted)
+        if rest:
+            m["success_uncompacted"] = sum(e.reward.succeeded for e in rest) / len(rest)
     names = list(dict.fromkeys(c.name for r in rewards for c in r.components))
     for name in names:
         scored = [
