@@ -222,3 +222,20 @@ def test_a_context_too_small_for_the_reserve_is_refused_at_config_time():
     with pytest.raises(ValueError, match=r"leave no room in budgets\.context_tokens=400"):
         RolloutConfig(budgets=Budgets(context_tokens=400), context=ContextConfig(policy="compact"))
     RolloutConfig(budgets=Budgets(context_tokens=400), context=ContextConfig())  # stop: fine
+
+
+def test_the_viewer_and_show_say_where_each_sample_starts_and_why(tiny):
+    from tracerl.report.run import sample_origin
+    from tracerl.report.viewer import _token_view
+
+    ep = run(tiny, ContextConfig(policy="compact", summarizer=SummarizerConfig(instruction=ASK)))
+    first = ep.receipt.compactions[0]
+    assert sample_origin(ep.trajectories, 0) == "the episode: first sample"
+    why = sample_origin(ep.trajectories, 1)
+    assert why == (
+        f"the episode: compact after step {first['step']}, summary by policy, "
+        f"{first['tokens_before']} -> {first['tokens_after']} tokens"
+    )
+    assert "summary by policy" in _token_view(ep.trajectories[1], why)
+    dropped = run(tiny, ContextConfig(policy="drop_observations"))
+    assert "drop_observations after step" in sample_origin(dropped.trajectories, 1)

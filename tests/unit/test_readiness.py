@@ -239,3 +239,25 @@ def test_a_warning_alone_asks_for_a_small_experiment_first():
     assert judge(numbers).action == "rl"
     numbers["environment"]["env_error_rate"] = 0.2
     assert judge(numbers).action == "fix_environment"
+
+
+def test_episodes_that_overflow_their_context_are_reported(tiny):
+    from tracerl.envs.parsers import parser_for_model
+    from tracerl.rollout.reference import reference_policy
+
+    probe = make("timeline")
+    tasks = probe.sample_tasks(2)
+    policy = reference_policy(
+        tiny.renderer, "tiny-random", probe, tasks, parser_for_model("smollm2-135m-instruct")
+    )
+    rollout = RolloutConfig(
+        budgets=Budgets(steps=12, tool_calls=12, context_tokens=512), reserve=None
+    )
+    numbers = asyncio.run(
+        measure_readiness(
+            lambda: make("timeline"), tasks, policy, lambda e: 0.0, rollout, group_size=2, steps=2
+        )
+    )
+    h = judge(numbers).check("headroom")
+    assert h.numbers["context_overflow_rate"] == 1.0  # the whole history needs ~850 tokens
+    assert any("overflow budgets.context_tokens" in x for x in h.reasons)

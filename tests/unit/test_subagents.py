@@ -180,3 +180,10 @@ def test_an_empty_sub_task_is_the_policys_mistake(tiny, text):
     ep = run(tiny, policy=scripted(tiny, root=[delegate(text), "done"]))
     assert ep.receipt.children == []
     assert ep.steps[0]["calls"][0]["observation"]["status"] == "invalid_arguments"
+
+
+def test_show_names_a_sub_agents_samples(tiny):
+    from tracerl.report.run import sample_origin
+
+    ep = run(tiny)
+    assert sample_origin(ep.trajectories, 1) == "sub-agent d0: first sample"

@@ -242,6 +242,10 @@ def headroom_numbers(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
         "groups_all_success": sum(all(map(_success, g)) for g in groups) / n_groups,
         "groups_all_fail": sum(not any(map(_success, g)) for g in groups) / n_groups,
         "format_valid_rate": 1 - unreadable / len(turns) if turns else math.nan,
+        # long horizons: episodes that ran out of context, and what compaction added
+        "context_overflow_rate": sum(e.stop_reason.value == "context_overflow" for e in episodes)
+        / max(1, len(episodes)),
+        "samples_per_episode": sum(len(e.trajectories) for e in episodes) / max(1, len(episodes)),
     }
 
 

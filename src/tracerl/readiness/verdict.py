@@ -29,6 +29,7 @@ THRESHOLDS: dict[str, float] = {
     "format_valid_warn": 0.8,
     "groups_varying_warn": 0.2,
     "saturated_pass_at_1": 0.95,
+    "context_overflow_warn": 0.1,
     # 4 cost: the most RL can gain without new skills is pass@k - pass@1
     "gain_warn": 0.05,
 }
@@ -160,6 +161,16 @@ def _headroom(n: dict[str, float], t: dict[str, float]) -> Check:
                 f"(all-fail {n['groups_all_fail']:.0%}, "
                 f"all-success {n['groups_all_success']:.0%}): "
                 "GRPO learns nothing from the rest",
+            )
+        )
+    overflow = n.get("context_overflow_rate", 0.0)
+    if overflow > t["context_overflow_warn"]:
+        r.append(
+            (
+                "warn",
+                f"{overflow:.0%} of episodes overflow budgets.context_tokens: they end before "
+                "an answer (rollout.context.policy: compact or drop_observations continues "
+                "them in new samples; docs/long-horizon.md)",
             )
         )
     verdict, reasons = _grade(r)

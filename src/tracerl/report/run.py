@@ -173,6 +173,31 @@ class EpisodeRecord:
         return f"{self.phase} step {self.step}"
 
 
+def sample_origin(trajectories: list[Trajectory], i: int) -> str:
+    """Why sample `i` of an episode starts where it does: the episode's (or a sub-agent's)
+    first sample, or the break that closed the sample before it (a compaction, a harness
+    that rewrote its history, a template that re-rendered earlier turns)."""
+    t = trajectories[i]
+    who = f"sub-agent {t.agent}" if t.agent else "the episode"
+    before = [u for u in trajectories[:i] if u.agent == t.agent]
+    if not before:
+        return f"{who}: first sample"
+    last = before[-1].steps[-1] if before[-1].steps else {}
+    receipt = (t.receipt or {}) if t.agent else (trajectories[0].receipt or {})
+    comp = next((c for c in receipt.get("compactions", []) if c.get("sample") == len(before)), None)
+    if comp is not None:
+        by = f", summary by {comp['summary_by']}" if comp.get("summary_by") else ""
+        return (
+            f"{who}: {comp['policy']} after step {comp['step']}{by}, "
+            f"{comp['tokens_before']} -> {comp['tokens_after']} tokens"
+        )
+    if last.get("prefix_break"):
+        return f"{who}: the template re-rendered earlier turns (prefix break)"
+    if last.get("history_break"):
+        return f"{who}: {last['history_break']}"
+    return f"{who}: a new sample"
+
+
 def as_strings(value: object) -> list[str]:
     """Gold answers as a list of strings: a list or tuple item by item, one value as one,
     nothing (None or "") as none."""

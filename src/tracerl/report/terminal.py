@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracerl.report.run import EpisodeRecord, eval_history
+from tracerl.report.run import EpisodeRecord, eval_history, sample_origin
 from tracerl.report.triage import BUCKETS, Triage, classify, describe
 from tracerl.report.viewer import action_text, agent_text, observation_text
 from tracerl.types import Source, Trajectory
@@ -126,7 +126,10 @@ def print_episode(ep: EpisodeRecord, console: Console | None = None) -> None:
             f"{s.get('evidence_gain') or 0.0:.2f}",
         )
     console.print(st)
-    for t in ep.trajectories:
+    for i, t in enumerate(ep.trajectories):
+        if len(ep.trajectories) > 1:  # where each sample starts, and why
+            why = sample_origin(ep.trajectories, i)
+            console.print(Text(f"sample {t.sample_index} ({why})", style="bold"))
         print_trajectory(t, console)
 
 

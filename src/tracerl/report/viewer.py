@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from tracerl.report.page import Raw, esc, page, table
-from tracerl.report.run import EpisodeRecord
+from tracerl.report.run import EpisodeRecord, sample_origin
 from tracerl.report.triage import classify
 from tracerl.types import Source, Trajectory
 
@@ -185,7 +185,7 @@ def _clip(text: str, limit: int = 600) -> str:
     )
 
 
-def _token_view(t: Trajectory) -> str:
+def _token_view(t: Trajectory, origin: str = "") -> str:
     cells, text = [], []
     pos = 0
     for seg in t.segments:
@@ -208,7 +208,9 @@ def _token_view(t: Trajectory) -> str:
     counts = ", ".join(f"{s}: {t.count(s)}" for s in SOURCES if t.count(s))
     return (
         f"<h3>sample {t.sample_index}: {len(t)} tokens, {sum(t.loss_mask)} with loss "
-        f'({esc(counts)})</h3><div class="strip" aria-label="one cell per token">'
+        f"({esc(counts)})</h3>"
+        + (f'<p class="sub">{esc(origin)}</p>' if origin else "")
+        + '<div class="strip" aria-label="one cell per token">'
         + "".join(cells)
         + '</div><div class="tokens">'
         + "".join(text)
@@ -263,7 +265,10 @@ def episode_page(ep: EpisodeRecord, back: str = "../index.html") -> str:
         + "<h2>Tokens by author</h2>"
         + f"<p>{legend} · policy tokens are outlined (loss mask 1) · "
         '<label><input type="checkbox" id="mask-only"> dim tokens without loss</label></p>'
-        + "".join(_token_view(t) for t in ep.trajectories)
+        + "".join(
+            _token_view(t, sample_origin(ep.trajectories, i) if len(ep.trajectories) > 1 else "")
+            for i, t in enumerate(ep.trajectories)
+        )
         + "<h2>Receipt</h2><details><summary>the full receipt (JSON)</summary><pre>"
         + esc(json.dumps(rc, indent=1, ensure_ascii=False, default=str))
         + "</pre></details>"
