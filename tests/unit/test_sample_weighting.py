@@ -144,3 +144,33 @@ def test_sequence_level_importance_ratios_stop_at_a_sample_break(level):
     loss.backward()
     assert metrics["is_masked_frac"] == pytest.approx(3 / 5)  # the first sample's tokens
     assert lp.grad[0].abs().sum() == 0 and lp.grad[1, 1:3].abs().min() > 0
+
+
+def test_reasoning_a_qwen3_template_strips_becomes_samples_of_one_episode(family_renderer):
+    # Qwen3's template drops the reasoning of earlier assistant turns once a later user turn
+    # arrives: the tokens the model sampled (with its <think>) are no longer a prefix of the
+    # conversation. The episode goes on in a new sample instead of splicing; every sample
+    # trains with the episode's advantage, on its own policy tokens, at its share.
+    from tracerl.envs import Arithmetic
+    from tracerl.rollout import ScriptedSampler
+
+    r = family_renderer("qwen3")
+    turns = [  # an unreadable call: the note asking again is a user turn, after which
+        # the template no longer prints this turn's reasoning
+        "<think>\nThe digits are 3 and 4, so the sum is 7.\n</think>\n\n<tool_call>\n{oops\n</tool_call>",
+        "<think>\nRecheck: 3+4=7.\n</think>\n\n7",
+    ]
+    policy = Policy(ScriptedSampler.from_texts(r, turns), r, get_parser("hermes"), "qwen3")
+    cfg = RolloutConfig(budgets=Budgets(steps=3), reserve=None)
+    task = {"id": "sum-3-4", "a": 3, "b": 4, "answers": ["7"]}
+    ep = asyncio.run(run_episode(Arithmetic(), task, policy, cfg, seed=0))
+    assert ep.stop_reason.value == "answered"
+    first, second = ep.trajectories
+    assert first.steps[-1]["prefix_break"]  # the break is recorded, not guessed later
+    think = "The digits are 3 and 4"
+    assert think in "".join(s.text or "" for s in first.policy_segments())
+    assert think not in r.decode(second.token_ids)  # the template's view of history
+    assert sum(first.loss_mask) + sum(second.loss_mask) == sum(
+        len(s.token_ids) for t in ep.trajectories for s in t.policy_segments()
+    )
+    assert row_shares(ep, "episode") == [0.5, 0.5]
