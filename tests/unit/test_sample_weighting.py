@@ -157,7 +157,8 @@ def test_reasoning_a_qwen3_template_strips_becomes_samples_of_one_episode(family
     r = family_renderer("qwen3")
     turns = [  # an unreadable call: the note asking again is a user turn, after which
         # the template no longer prints this turn's reasoning
-        "<think>\nThe digits are 3 and 4, so the sum is 7.\n</think>\n\n<tool_call>\n{oops\n</tool_call>",
+        "<think>\nThe digits are 3 and 4, so the sum is 7.\n</think>\n\n"
+        "<tool_call>\n{oops\n</tool_call>",
         "<think>\nRecheck: 3+4=7.\n</think>\n\n7",
     ]
     policy = Policy(ScriptedSampler.from_texts(r, turns), r, get_parser("hermes"), "qwen3")
