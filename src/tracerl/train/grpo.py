@@ -16,6 +16,7 @@ What it leaves to others: checkpoints and held-out evaluation are `tracerl train
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,7 +213,11 @@ def update_on_groups(
                 advs += [a * w] * len(e.trajectories)
             else:  # one advantage per turn, on that turn's tokens
                 advs += [[x * w for x in row] for row in a]
+    t0 = time.perf_counter()
     metrics = learner.update(rows, advs, lr_scale=lr_scale, weights=shares) if rows else {}
+    # what the learner paid: its time, and every token of every sample it ran
+    metrics["time/update_s"] = time.perf_counter() - t0
+    metrics["train/sample_tokens"] = float(sum(len(t) for t in rows))
     seen = list(sampled) if sampled is not None else list(groups)
     observed = [e for g in seen for e in g]
     metrics.update(rollout_metrics(observed) | owner_metrics(observed))
