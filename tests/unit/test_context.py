@@ -239,3 +239,38 @@ def test_the_viewer_and_show_say_where_each_sample_starts_and_why(tiny):
     assert "summary by policy" in _token_view(ep.trajectories[1], why)
     dropped = run(tiny, ContextConfig(policy="drop_observations"))
     assert "drop_observations after step" in sample_origin(dropped.trajectories, 1)
+
+
+def test_the_terminal_reserve_survives_a_compaction(tiny):
+    # routed to finalize in the observation that also compacts (keep_turns 0: no turn kept)
+    from tracerl.rollout.budget import TerminalReserve
+
+    reserve = TerminalReserve(min_steps_for_finalize=2)
+
+    def agent(request):
+        tail = tiny.renderer.decode(request.prompt_ids[-80:])
+        return ANSWER if "Budget nearly spent" in tail else reader(tiny)(request)
+
+    sampler = ScriptedSampler.from_texts(tiny.renderer, agent)
+    cfg = RolloutConfig(
+        budgets=Budgets(steps=3, context_tokens=CONTEXT, tool_calls=12),
+        max_turn_tokens=40,
+        observation_max_tokens=64,
+        reserve=reserve,
+        context=ContextConfig(
+            policy="compact",
+            keep_turns=0,
+            reserve_tokens=CONTEXT - 200,  # compact at the first observation
+            summarizer=SummarizerConfig(
+                by="function", fn="tests.unit.test_context:summarize_pages"
+            ),
+        ),
+    )
+    policy = Policy(sampler, tiny.renderer, P, "tiny-random")
+    task = {"id": "t", "prompt": "Read every page, then answer."}
+    ep = asyncio.run(run_episode(Pages(), task, policy, cfg, seed=3))
+    assert ep.receipt.compactions and ep.receipt.ledger["finalize"] == "reserve_reached"
+    new = ep.trajectories[1]
+    first_policy = next(i for i, m in enumerate(new.loss_mask) if m)
+    assert reserve.instruction in tiny.renderer.decode(new.token_ids[:first_policy])
+    assert ep.stop_reason is StopReason.ANSWERED
