@@ -208,7 +208,8 @@ class Timeline(Delegating, ToolEnv):
         read = min(done, n)
         years = " ".join(task["years"][:read]) or "none yet"
         nxt = f"open {read + 1}" if read < n else "answer"
-        return f"Years 1-{read}: {years}. Next: {nxt}."
+        # what to do next first: a summary cut short by its token limit keeps it
+        return f"Next: {nxt}. Years of articles 1-{read}: {years}."
 
 
 def years_of(text: str) -> list[str]:
