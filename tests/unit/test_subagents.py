@@ -187,3 +187,14 @@ def test_show_names_a_sub_agents_samples(tiny):
 
     ep = run(tiny)
     assert sample_origin(ep.trajectories, 1) == "sub-agent d0: first sample"
+
+
+def test_turn_credit_places_a_sub_agents_turns_at_the_step_that_delegated(tiny):
+    from tracerl.train.turn_credit import episode_turns
+
+    ep = run(tiny)
+    turns = episode_turns(ep)
+    child = [t for t in turns if t["sample"] == 1]
+    assert len(child) == 3 and {t["step"] for t in child} == {0}  # the delegate call's step
+    assert all(t["reward"] == 0.0 for t in child)  # a step's reward is paid to its own turn
+    assert [t["step"] for t in turns if t["sample"] == 0] == [0, 1]

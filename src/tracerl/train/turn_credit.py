@@ -33,22 +33,27 @@ def episode_turns(episode: Any) -> list[dict[str, Any]]:
     and eligibility of each policy segment. The state key hashes every token before the
     turn (one running hash per sample, not a rehash of each prefix)."""
     steps = {s["step"]: s for s in episode.steps}
+    # a sub-agent's turns count as the episode's turns at the step that delegated to it
+    delegated = {c["agent"]: c["step"] for c in getattr(episode.receipt, "children", ())}
     turns, paid = [], set()
     for k, t in enumerate(episode.trajectories):
         offset, history = 0, hashlib.blake2b(digest_size=8)
         for seg in t.segments:
             if seg.source is Source.POLICY:
-                record = steps.get(seg.step, {})
+                own = not t.agent
+                step = seg.step if own else delegated.get(t.agent.split("/")[0], seg.step)
+                record = steps.get(step, {})
                 # a step's reward is paid once, to its first turn (a step sampled twice:
-                # a harness that rewrote its history)
-                first = seg.step not in paid
-                paid.add(seg.step)
+                # a harness that rewrote its history), never to a sub-agent's turns
+                first = own and step not in paid
+                if own:
+                    paid.add(step)
                 turns.append(
                     {
                         "sample": k,
                         "offset": offset,
                         "length": len(seg.token_ids),
-                        "step": seg.step,
+                        "step": step,
                         # a non-negative int64
                         "state": int.from_bytes(history.copy().digest(), "big") >> 1,
                         "eligible": not record.get("infra_error", False),
