@@ -154,7 +154,11 @@ def eval_metrics(
     rollout = rollout_metrics(episodes) | owner_metrics(episodes)
     m["latency_p95_s"] = rollout.pop("rollout/latency_p95_s")
     m.update(
-        {k: v for k, v in rollout.items() if k.split("/")[0] in ("stop", "attribution", "cost")}
+        {
+            k: v
+            for k, v in rollout.items()
+            if k.split("/")[0] in ("stop", "attribution", "cost", "context")
+        }
     )
     m.update(
         {
