@@ -1,6 +1,6 @@
 """Long horizons on 2 CPU cores: context policies and sub-agents on `timeline`.
 
-Run: .venv/bin/python benchmarks/long_horizon.py [--arms stop,compact,delegate]
+Run: .venv/bin/python benchmarks/long_horizon.py [--arms compact,delegate]
      [--seeds 0,1,2] [--out /tmp/long-horizon] [--set trainer.steps=8 ...]
      [--report]                       (only print the table of the runs done in --out)
 

@@ -274,3 +274,33 @@ def test_the_terminal_reserve_survives_a_compaction(tiny):
     first_policy = next(i for i, m in enumerate(new.loss_mask) if m)
     assert reserve.instruction in tiny.renderer.decode(new.token_ids[:first_policy])
     assert ep.stop_reason is StopReason.ANSWERED
+
+
+def test_policy_summaries_happen_in_time_where_the_template_drops_earlier_reasoning(
+    family_renderer,
+):
+    # Qwen3 stops printing a turn's <think> once a user turn follows: the summarize
+    # instruction starts a new sample itself, and the look-ahead must measure that one
+    r = family_renderer("qwen3")
+    hermes = get_parser("hermes")
+
+    def turn(request):
+        if ASK in r.decode(request.prompt_ids[-60:]):
+            return SUMMARY
+        if request.turn >= 8:
+            return ANSWER
+        call = hermes.format_calls([("read", {"page": request.turn + 1})])
+        return f"<think>\nPage {request.turn + 1} is next.\n</think>\n\n{call}"
+
+    policy = Policy(ScriptedSampler.from_texts(r, turn), r, hermes, "qwen3")
+    cfg = RolloutConfig(
+        budgets=Budgets(steps=12, context_tokens=CONTEXT, tool_calls=12),
+        max_turn_tokens=64,
+        observation_max_tokens=64,
+        reserve=None,
+        context=ContextConfig(policy="compact", summarizer=SummarizerConfig(instruction=ASK)),
+    )
+    task = {"id": "t", "prompt": "Read every page, then answer."}
+    ep = asyncio.run(run_episode(Pages(), task, policy, cfg, seed=3))
+    assert ep.receipt.compactions and ep.stop_reason is StopReason.ANSWERED, ep.steps[-1]
+    assert all(len(t) <= CONTEXT for t in ep.trajectories)

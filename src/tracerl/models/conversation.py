@@ -213,25 +213,25 @@ class Conversation:
             return list(self._segments)
 
     # ---- trials (nothing changes) ------------------------------------------------------------
-    def length_with(self, messages: Sequence[dict[str, Any]]) -> int | None:
-        """How many tokens the current sample would hold after `messages` as the next
-        observation; None if they would start a new sample (a prefix break). Nothing
-        changes (a context policy's look ahead: `tracerl.rollout.context`)."""
-        closed = len(self._closed)
-        return self._trial(lambda: self.add_observation(messages), closed)
+    def length_with(self, messages: Sequence[dict[str, Any]]) -> int:
+        """How many tokens the next model turn would continue from after `messages` as the
+        next observation: the current sample's, or (where the template re-renders earlier
+        turns: a prefix break) the new sample's. Nothing changes (a context policy's look
+        ahead: `tracerl.rollout.context`)."""
+        return self._trial(lambda: self.add_observation(messages))
 
     def length_of_restart(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> int | None:
+    ) -> int:
         """How many tokens a new sample whose prompt is `messages` would start with (see
         `restart`); nothing changes."""
-        return self._trial(lambda: self.restart(messages, tools, reason="trial"), None)
+        return self._trial(lambda: self.restart(messages, tools, reason="trial"))
 
-    def _trial(self, change: Any, closed: int | None) -> int | None:
+    def _trial(self, change: Any) -> int:
         saved_warned = getattr(self.renderer, "warned_prefix_break", None)
         if saved_warned is not None:  # a trial warns of nothing
             self.renderer.warned_prefix_break = True
-        result: list[int | None] = [None]
+        result = [0]
 
         class _Undo(Exception):
             pass
@@ -239,8 +239,7 @@ class Conversation:
         try:
             with self._transaction():
                 change()
-                same_sample = closed is None or len(self._closed) == closed
-                result[0] = len(self.token_ids) if same_sample else None
+                result[0] = len(self.token_ids)
                 raise _Undo
         except _Undo:
             pass

@@ -228,6 +228,17 @@ def prepare(cfg: RunConfig) -> Prepared:
             "(no check_script of its own)",
             "remove warm_start, or give the environment a check_script(task) that solves a task",
         )
+    summarizer = cfg.rollout.context.summarizer
+    if cfg.rollout.context.policy == "compact" and summarizer.by == "function":
+        from tracerl.imports import load_object
+
+        fn = load_object(summarizer.fn or "", "rollout.context.summarizer.fn")
+        if not callable(fn):
+            raise ConfigError(
+                f"rollout.context.summarizer.fn {summarizer.fn!r} is a "
+                f"{type(fn).__name__}, not a function",
+                "name a function taking the messages and returning the summary text",
+            )
     if cfg.trainer.rollout.backend == "ray":
         from tracerl.rollout.ray_workers import import_ray
 

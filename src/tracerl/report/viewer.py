@@ -41,6 +41,8 @@ def action_text(step: dict[str, Any]) -> str:
         return f"unreadable: {step['fault'].get('message', '')}"
     if action.get("kind") == "final" or action.get("answer") is not None:
         return f"answer: {action.get('answer')}"
+    if action.get("kind") == "summary":  # a compaction's summarize turn
+        return f"summary: {action.get('text', '')}"
     calls = action.get("tool_calls") or []
     return "; ".join(
         f"{c['name']}({json.dumps(c.get('arguments'), ensure_ascii=False)})" for c in calls

@@ -102,7 +102,8 @@ class RewardContext:
     def last_sampled_text(self) -> str:
         """The text of the model's last sampled turn ("" when it sampled none): the reply an
         episode cut by the token limit never handed to its environment."""
-        for trajectory in reversed(self.trajectories):
+        own = [t for t in self.trajectories if not t.agent]  # not a sub-agent's turn
+        for trajectory in reversed(own):
             segments = trajectory.policy_segments()
             if segments:
                 return segments[-1].text or ""

@@ -82,7 +82,10 @@ def score_episode(episode: Episode, score: ScoreFn) -> Episode:
         )
 
     episode.trajectories = [
-        dataclasses.replace(t, reward=d, steps=mark(t.steps) if per_step else t.steps)
+        # a sub-agent's steps are numbered its own way: the episode's step rewards are not its
+        dataclasses.replace(
+            t, reward=d, steps=mark(t.steps) if per_step and not t.agent else t.steps
+        )
         for t in episode.trajectories
     ]
     if per_step:

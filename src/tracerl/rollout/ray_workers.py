@@ -362,7 +362,11 @@ def _stamp(episode: Episode, where: dict[str, Any]) -> Episode:
     """Record where the episode ran in its receipt (and in each trajectory's copy of it)."""
     episode.receipt.worker = where
     d = episode.receipt.to_dict()
-    episode.trajectories = [dataclasses.replace(t, receipt=d) for t in episode.trajectories]
+    episode.trajectories = [
+        # a sub-agent's samples keep their own receipt (its parent link, its compactions)
+        dataclasses.replace(t, receipt={**(t.receipt or {}), "worker": where} if t.agent else d)
+        for t in episode.trajectories
+    ]
     return episode
 
 

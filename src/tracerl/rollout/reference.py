@@ -7,12 +7,15 @@ plays it to collect supervised episodes (`tracerl.train.warm_start`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tracerl.envs.parsers import ActionParser
 from tracerl.rollout.episode import Policy
 from tracerl.rollout.groups import episode_task_id
 from tracerl.rollout.sampler import ScriptedSampler
+
+_SUB_AGENT = re.compile(r"(/d\d+)+$")
 
 
 def reference_texts(
@@ -54,7 +57,8 @@ def reference_policy(
 
     def turn(request: Any) -> str:
         eid = request.episode_id
-        root, _, agent = eid.partition("/")
+        found = _SUB_AGENT.search(eid)  # a sub-agent's id: its root's, then its path
+        root, agent = (eid[: found.start()], found.group(0)[1:]) if found else (eid, "")
         task_id = episode_task_id(root)
         texts = scripts[task_id]
         if agent:  # a sub-agent of the reference (``d0``, ``d1``): its own script

@@ -221,6 +221,7 @@ async def replay_exact(
 
     agents = {t.agent for t in trajectories if t.agent}
     env = RecordedEnv(receipt, steps, {a: _steps(trajectories, a) for a in agents})
+    children = {a: _recorded_run(_receipt_of(trajectories, a)) for a in agents}
     try:
         episode = await run_episode(
             env,
@@ -233,6 +234,7 @@ async def replay_exact(
             sleep=no_sleep,
             template_kwargs=receipt.template_kwargs,
             summarize=recorded_summaries(receipt.compactions),
+            children_replay=children,
         )
     except (ReplayError, TrajectoryError) as e:
         return ReplayReport(receipt.episode_id, False, str(e))
@@ -243,6 +245,19 @@ async def replay_exact(
     if diff is None and stops[0] != stops[1]:
         diff = f"stop reason: recorded {stops[0]!r}, replayed {stops[1]!r}"
     return ReplayReport(receipt.episode_id, diff is None, diff, stops)
+
+
+def _receipt_of(trajectories: Sequence[Trajectory], agent: str) -> Receipt:
+    return Receipt.from_dict(next(t.receipt for t in trajectories if t.agent == agent))
+
+
+def _recorded_run(receipt: Receipt) -> dict[str, Any]:
+    """What a sub-agent's replay takes from its own receipt: its clock and summaries."""
+    elapsed = iter(receipt.ledger.get("elapsed_s", []))
+    return {
+        "clock": lambda step: next(elapsed, 0.0),
+        "summarize": recorded_summaries(receipt.compactions),
+    }
 
 
 def first_difference(a: Sequence[Trajectory], b: Sequence[Trajectory]) -> str | None:
@@ -336,14 +351,20 @@ def _in_order(
 ) -> list[tuple[str, int, dict[str, Any]]]:
     """Every agent's steps as they reached the environment: a step's sub-agents (which the
     runner runs before the step's own calls), then the step."""
+    return _agent_steps(trajectories, receipt, "")
+
+
+def _agent_steps(
+    trajectories: Sequence[Trajectory], receipt: Receipt, agent: str
+) -> list[tuple[str, int, dict[str, Any]]]:
     children: dict[int, list[str]] = {}
     for c in receipt.children:
         children.setdefault(c["step"], []).append(c["agent"])
     out: list[tuple[str, int, dict[str, Any]]] = []
-    for k, rec in sorted(_steps(trajectories).items()):
-        for agent in children.get(k, []):
-            out += [(agent, j, r) for j, r in sorted(_steps(trajectories, agent).items())]
-        out.append(("", k, rec))
+    for k, rec in sorted(_steps(trajectories, agent).items()):
+        for child in children.get(k, []):
+            out += _agent_steps(trajectories, _receipt_of(trajectories, child), child)
+        out.append((agent, k, rec))
     return out
 
 

@@ -61,6 +61,7 @@ async def run_episode(
     agent: str = "",
     depth: int = 0,
     parent: dict[str, Any] | None = None,
+    children_replay: dict[str, dict[str, Any]] | None = None,
 ) -> Episode:
     """Run one episode to its stop reason. The env is closed afterwards.
 
@@ -68,14 +69,15 @@ async def run_episode(
     the chat template's per-conversation values, and `summarize` writes compactions'
     summaries (``rollout.context``); replay passes the recorded ones. By default: the wall
     clock since the episode started, today's date, the configured summarizer. `agent`,
-    `depth` and `parent` are a sub-agent's (`tracerl.rollout.context.subagents`).
+    `depth` and `parent` are a sub-agent's (`tracerl.rollout.context.subagents`);
+    `children_replay` holds each sub-agent's recorded clock and summaries (replay).
     """
     cfg = config or RolloutConfig()
     prepared = await asyncio.gather(asyncio.to_thread(env.prepare), return_exceptions=True)
     run = _EpisodeRun(env, task, policy, cfg, seed, episode_id, clock, sleep, template_kwargs)
     run.context = EpisodeContext(cfg, summarize)
     run.delegation = Delegation(cfg, depth)
-    run.agent, run.parent = agent, parent
+    run.agent, run.parent, run.children_replay = agent, parent, children_replay
     if agent:  # a sub-agent's episode id is its root's, then its path
         run.root_episode_id = run.episode_id[: -len(agent) - 1]
     if isinstance(failed := prepared[0], Exception):  # set-up before the episode's clock
@@ -149,6 +151,7 @@ class _EpisodeRun:
         self.context = EpisodeContext(config)
         self.delegation = Delegation(config)
         self.agent, self.parent = "", None  # a sub-agent's name and its parent's call
+        self.children_replay: dict[str, dict[str, Any]] | None = None
         self.root_episode_id = self.episode_id
 
     # ---- the loop --------------------------------------------------------------------------
@@ -282,7 +285,8 @@ class _EpisodeRun:
     ) -> StopReason | None:
         allowed, refused, stop = self._gate(action)
         mine, allowed = self.delegation.split(self.env, allowed)
-        delegated = [await self.delegation.run(self, step, c, run_episode) for c in mine]
+        pending = len(mine) + len(allowed)  # this step's calls, not yet in the ledger
+        delegated = [await self.delegation.run(self, step, c, run_episode, pending) for c in mine]
         result = StepResult([])
         if allowed:
             result = await self._env_step(dataclasses.replace(action, tool_calls=allowed), rec)

@@ -44,10 +44,15 @@ def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) ->
             "'successful' cannot be told apart from 'answered wrongly'; use a scored run "
             "(tracerl eval writes rewards) or imitate everything with --all"
         )
+    # an episode's eligibility is its own receipt's, for its sub-agents' samples too
+    own = {
+        t.episode_id: (t.receipt or {}).get("gradient_eligible", True) for t in trajs if not t.agent
+    }
     return [
         t
         for t in trajs
-        if (t.receipt or {}).get("gradient_eligible", True) and t.reward.get("total", 0) >= 1.0
+        if own.get(t.episode_id, (t.receipt or {}).get("gradient_eligible", True))
+        and t.reward.get("total", 0) >= 1.0
     ]
 
 

@@ -29,7 +29,8 @@ class SummarizerConfig(_Config):
     summarize turn; ``endpoint``: the system message of the request."""
     max_tokens: int = Field(128, ge=8)
     """The longest summary, in tokens (``policy``: the summarize turn's limit, within what
-    the context and the sampled-token budget leave; ``endpoint``: the request's)."""
+    the context and the sampled-token budget leave; ``endpoint``: the request's; a longer
+    text a function or an endpoint returns is cut to it, with a marker)."""
     fn: str | None = None
     """``function``: ``module:function`` taking the conversation's messages (a list of
     ``{"role", "content"}``) and returning the summary (a str, or an awaitable of one)."""
@@ -82,8 +83,11 @@ class ContextConfig(_Config):
     ``drop_observations``: it continues in a new sample whose older tool outputs are
     replaced by `marker`."""
     reserve_tokens: int | None = Field(None, ge=1)
-    """Room kept for the next turn: a compaction happens when the context after an
-    observation would leave less. None: ``max_turn_tokens``."""
+    """Room kept for what comes next: a compaction happens when the context after an
+    observation would leave less. None: ``max_turn_tokens`` (the next turn); with
+    policy-written summaries ``max_turn_tokens + observation_max_tokens`` (the next turn
+    and its observation: the summary is asked for one step early, and the instruction and
+    the summary must still fit after that)."""
     keep_turns: int = Field(1, ge=0)
     """The last model turns (each with its observation) a compaction keeps verbatim."""
     max_compactions: int = Field(8, ge=1)

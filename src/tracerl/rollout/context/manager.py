@@ -47,9 +47,7 @@ class EpisodeContext:
         self.limit = rollout.budgets.context_tokens
         self.final_turn = rollout.max_turn_tokens
         self.policy_writes = cfg.policy == "compact" and cfg.summarizer.by == "policy"
-        self.summarize = None
-        if cfg.policy == "compact" and not self.policy_writes:
-            self.summarize = summarize or make_summarizer(cfg.summarizer)
+        self.summarize = summarize  # else made at the first summary (replay passes its own)
         self.reserve = cfg.reserve_tokens or rollout.max_turn_tokens
         if self.policy_writes and cfg.reserve_tokens is None:
             # the summarize turn comes one step early: after the next turn and its
@@ -84,8 +82,8 @@ class EpisodeContext:
         if self.policy_writes:
             return self._ask_summary(run, step, messages, rec)
         n = conv.length_with(messages)
-        if n is None or n + self.reserve <= (self.limit or 0):
-            conv.add_observation(messages)  # fits (or a prefix break starts a sample anyway)
+        if n + self.reserve <= (self.limit or 0):
+            conv.add_observation(messages)  # the next turn fits
             return None
         return await self._rewrite(run, step, messages, rec, n)
 
@@ -95,18 +93,20 @@ class EpisodeContext:
         """The policy writes the summary: asked for now if, after the next turn and its
         observation, there might be no room left to ask (`reserve`)."""
         ask = [*messages, {"role": "user", "content": self.cfg.summarizer.instruction}]
+        # (where a template re-renders earlier turns once a user turn arrives, as Qwen3's
+        # drops their reasoning, the ask starts a new sample: its length is what counts)
         with_ask = run.conv.length_with(ask)
         limit, cap = self.limit or 0, self.cfg.summarizer.max_tokens
-        if with_ask is None or with_ask + cap + self.reserve <= limit:
-            run.conv.add_observation(messages)  # room enough (or a prefix break anyway)
+        if with_ask + cap + self.reserve <= limit:
+            run.conv.add_observation(messages)  # room enough
             return None
-        n = run.conv.length_with(messages) or with_ask
+        n = run.conv.length_with(messages)
         self.ask_tokens = max(self.ask_tokens, with_ask - n)
         cap = min(cap, limit - with_ask)
         left = run.ledger.remaining("sampled_tokens")
         if left is not None:
             cap = min(cap, left - self.final_turn)  # a final turn stays affordable
-        if with_ask is None or cap < MIN_SUMMARY_TOKENS:
+        if cap < MIN_SUMMARY_TOKENS:
             rec["compaction"] = {"skipped": "no room for a summarize turn"}
             run.conv.add_observation(messages)
             return None
@@ -138,7 +138,7 @@ class EpisodeContext:
         record["summary_tokens"] = len(res.token_ids)
         run.records[step] = {
             "elapsed_s": run.ledger.elapsed_s[-1],
-            "action": Action(text=text).to_dict(),
+            "action": {**Action(text=text).to_dict(), "kind": "summary"},
             "policy_error": False,
             "infra_error": False,
             "attempts": [],
@@ -157,17 +157,26 @@ class EpisodeContext:
             t0 = time.perf_counter()
             run.ledger.used["summarizer_calls"] += 1
             try:
+                self.summarize = self.summarize or make_summarizer(self.cfg.summarizer)
                 assert self.summarize is not None
-                summary = await self.summarize(plain(source))
-            except SummarizerError as e:
+                summary = self._bounded(run, await self.summarize(plain(source)))
+            except Exception as e:  # whatever the summarizer did: never the policy's
                 run.env_fault = True  # the summarizer is not the policy: never its signal
-                run.error = run.error or f"summarizer failed: {e}"
-                rec["compaction"] = {"failed": str(e), "summary_by": by}
+                why = str(e) if isinstance(e, SummarizerError) else f"{type(e).__name__}: {e}"
+                run.error = run.error or f"summarizer failed: {why}"
+                rec["compaction"] = {"failed": why, "summary_by": by}
                 return StopReason.INFRA_FAILURE
             cost_ms = (time.perf_counter() - t0) * 1000
             run.ledger.record(step, f"summary:{by}", cost_ms, 0, None)
         rec["compaction"] = self._restart(run, source, summary, by, n, step)
         return None
+
+    def _bounded(self, run: Any, text: str) -> str:
+        """A summary someone else wrote, cut to ``summarizer.max_tokens`` (what the new
+        sample's room was planned for)."""
+        renderer, cap = run.policy.renderer, self.cfg.summarizer.max_tokens
+        ids = renderer.encode(text, content=True)
+        return text if len(ids) <= cap else renderer.decode(ids[:cap]) + " [...]"
 
     # ---- the new sample --------------------------------------------------------------------
     def _restart(
@@ -189,7 +198,7 @@ class EpisodeContext:
             messages, kept, replaced = self._prompt(run, source, head, summary, keep)
             length = conv.length_of_restart(messages, tools)
             chosen = (messages, kept, replaced, length)
-            if length is not None and length + self._room_after() <= (self.limit or 0):
+            if length + self._room_after() <= (self.limit or 0):
                 break  # the most turns that leave room for what comes next
         assert chosen is not None
         messages, kept, replaced, length = chosen

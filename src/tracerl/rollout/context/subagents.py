@@ -34,17 +34,18 @@ Spawn = Callable[..., Awaitable[Any]]
 
 
 class ChildEnv(Env):
-    """The environment as a child sees it: the parent's tools but the delegate one, its
-    sub-task as the prompt, its answer as its end. Its tool calls run on the parent's
-    environment (``step_as``, when the parent's records which agent called: replay)."""
+    """The environment as a child sees it: the parent's tools, its sub-task as the prompt,
+    its answer as its end. Its tool calls run on the parent's environment (``step_as``
+    names the agent that called, where the environment keeps one record per agent:
+    replay's). A delegate call never reaches it: the child's own runner runs (or, past
+    ``max_depth``, refuses) it."""
 
-    def __init__(self, parent: Env, agent: str, hide: str) -> None:
+    def __init__(self, parent: Env, agent: str) -> None:
         self.parent, self.agent = parent, agent
         self.name, self.version = parent.name, parent.version  # type: ignore[misc]
         self.side_effect_guard = parent.side_effect_guard
-        self.tools = ToolSet([t for t in parent.tools if t.name != hide], guard=False)
+        self.tools = ToolSet(list(parent.tools), guard=False)
         self.spec = {**dict(getattr(parent, "spec", None) or {}), "agent": agent}
-        self.hide = hide
 
     async def reset(self, task: dict[str, Any], seed: int) -> list[Message]:
         return [{"role": "user", "content": task["prompt"]}]
@@ -53,14 +54,17 @@ class ChildEnv(Env):
         if not action.tool_calls:  # the child's answer: its episode ends
             answer = {"text": action.answer or "", "citations": []}
             return StepResult([], terminated=True, info={"answer": answer})
+        return await self.step_as(self.agent, action)
+
+    async def step_as(self, agent: str, action: Action) -> StepResult:
         step_as = getattr(self.parent, "step_as", None)
-        return await (step_as(self.agent, action) if step_as else self.parent.step(action))
+        return await (step_as(agent, action) if step_as else self.parent.step(action))
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [s for s in self.parent.tool_schemas() if s["function"]["name"] != self.hide]
+        return self.parent.tool_schemas()
 
     def tool_versions(self) -> dict[str, str]:
-        return {k: v for k, v in self.parent.tool_versions().items() if k != self.hide}
+        return self.parent.tool_versions()
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
         raise NotImplementedError("a child environment has its parent's tasks")
@@ -83,22 +87,27 @@ class Delegation:
         mine = [c for c in calls if c.name == self.cfg.tool]
         return mine, [c for c in calls if c.name != self.cfg.tool]
 
-    async def run(self, run: Any, step: int, call: ToolCall, spawn: Spawn) -> CallOutcome:
-        """Run `call` as a child episode; its outcome as the parent's tool call."""
+    async def run(
+        self, run: Any, step: int, call: ToolCall, spawn: Spawn, pending: int = 1
+    ) -> CallOutcome:
+        """Run `call` as a child episode; its outcome as the parent's tool call. `pending`:
+        the step's tool calls the parent's ledger has not counted yet (this one included):
+        the child's tool calls come out of what is left after them."""
         cfg, t0 = self.cfg, time.perf_counter()
         text = call.arguments.get("task")
         if not isinstance(text, str) or not text.strip():
             fault = Fault(FaultKind.INVALID_ARGUMENTS, f"{cfg.tool}: give the sub-task as 'task'")
             return CallOutcome(call, ToolResult.failure(fault))
         if self.depth >= cfg.max_depth:
-            fault = Fault(FaultKind.FORBIDDEN_TOOL, f"{cfg.tool}: a sub-agent cannot delegate")
-            return CallOutcome(call, ToolResult.failure(fault))
+            why = f"{cfg.tool}: a sub-agent cannot delegate further (max_depth {cfg.max_depth})"
+            return CallOutcome(call, ToolResult.failure(Fault(FaultKind.FORBIDDEN_TOOL, why)))
         k = len(self.children)
         prefix = run.agent + "/" if run.agent else ""
         agent = f"{prefix}d{k}"
-        child_env = ChildEnv(run.env, agent, cfg.tool)
-        child_cfg = self._budgets(run)
+        child_env = ChildEnv(run.env, agent)
+        child_cfg = self._budgets(run, pending)
         task = {"id": f"{run.task.get('id')}/{agent}", "prompt": text.strip()}
+        replayed = (run.children_replay or {}).get(agent, {})  # replay: the child's records
         child = await spawn(
             child_env,
             task,
@@ -107,9 +116,13 @@ class Delegation:
             seed=run.seed,
             episode_id=f"{run.root_episode_id}/{agent}",
             sleep=run.sleep,
+            template_kwargs=dict(run.conv.template_kwargs),  # the parent's date, say
+            clock=replayed.get("clock"),
+            summarize=replayed.get("summarize"),
             agent=agent,
             depth=self.depth + 1,
             parent={"episode_id": run.episode_id, "replay_id": run.replay_id, "step": step},
+            children_replay=run.children_replay,
         )
         self.children.append(child)
         used = child.receipt.ledger.get("used", {})
@@ -143,19 +156,24 @@ class Delegation:
             return CallOutcome(call, ToolResult(note, latency_ms=ms))
         return CallOutcome(call, ToolResult(answer["text"], latency_ms=ms))
 
-    def _budgets(self, run: Any) -> Any:
-        """The child's rollout settings: its own steps, what the parent has left of tool
-        calls and sampled tokens (less a final turn of the parent's), its own context."""
+    def _budgets(self, run: Any, pending: int) -> Any:
+        """The child's rollout settings: its own steps and context; what the parent has left
+        of tool calls (after this step's `pending` calls), of sampled tokens (less a final
+        turn of the parent's) and of wall time."""
         b = self.rollout.budgets
         left_calls = run.ledger.remaining("tool_calls")
         left_tokens = run.ledger.remaining("sampled_tokens")
         if left_tokens is not None:
             left_tokens = max(1, left_tokens - self.rollout.max_turn_tokens)
+        wall = b.wall_time_s
+        if wall is not None and run.ledger.elapsed_s:
+            wall = max(0.001, wall - run.ledger.elapsed_s[-1])
         budgets = b.model_copy(
             update={
                 "steps": self.cfg.steps,
-                "tool_calls": None if left_calls is None else max(0, left_calls - 1),
+                "tool_calls": None if left_calls is None else max(0, left_calls - pending),
                 "sampled_tokens": left_tokens,
+                "wall_time_s": wall,
             }
         )
         return self.rollout.model_copy(update={"budgets": budgets})
