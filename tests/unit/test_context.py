@@ -304,3 +304,20 @@ def test_policy_summaries_happen_in_time_where_the_template_drops_earlier_reason
     ep = asyncio.run(run_episode(Pages(), task, policy, cfg, seed=3))
     assert ep.receipt.compactions and ep.stop_reason is StopReason.ANSWERED, ep.steps[-1]
     assert all(len(t) <= CONTEXT for t in ep.trajectories)
+
+
+def test_a_summary_may_be_longer_than_a_turn(tiny):
+    # summarizer.max_tokens, not max_turn_tokens, bounds the summarize turn
+    long = "SUMMARY: " + " ".join(f"page {i} gives {i}." for i in range(1, 13))
+    n = len(tiny.renderer.encode(long, content=True))
+
+    def script(request):
+        return (
+            long if ASK in tiny.renderer.decode(request.prompt_ids[-60:]) else reader(tiny)(request)
+        )
+
+    ctx = ContextConfig(
+        policy="compact", summarizer=SummarizerConfig(instruction=ASK, max_tokens=n + 4)
+    )
+    ep = run(tiny, ctx, script=script)
+    assert n > 40 and ep.receipt.compactions[0]["summary"] == long  # max_turn_tokens is 40

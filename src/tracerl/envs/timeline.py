@@ -140,7 +140,7 @@ class Timeline(Delegating, ToolEnv):
         articles = self.task.get("articles", [])
         if not isinstance(n, int) or not 1 <= n <= len(articles):
             raise PolicyError(f"there is no article {n!r}: open 1 to {len(articles)}")
-        return f"Article {n}: {articles[n - 1]['text']}"
+        return f"Article {n} of {len(articles)}: {articles[n - 1]['text']}"
 
     async def finish(self, action: Action) -> StepResult:
         answer = {"text": action.answer or "", "citations": []}

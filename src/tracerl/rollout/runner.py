@@ -239,7 +239,7 @@ class _EpisodeRun:
     async def sample_turn(self, step: int, cap: int | None = None) -> SampleResult:
         """The model's next turn (at most `cap` tokens, when given)."""
         request = turn_request(
-            self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=cap
+            self.conv, self.cfg, self.ledger, self.seed, self.episode_id, turn_tokens=cap
         )
         return await self.policy.sampler.sample(request)
 

@@ -35,13 +35,16 @@ def turn_request(
     episode_id: str,
     *,
     asked: int | None = None,
+    turn_tokens: int | None = None,
 ) -> SampleRequest:
     """The next model turn's request: the token stream so far, at most
-    `cfg.max_turn_tokens` (and `asked`, a client's own max_tokens) within what the sampled-
+    `cfg.max_turn_tokens` (or `turn_tokens`: a summarize turn's own limit; and `asked`, a
+    client's own max_tokens) within what the sampled-
     token and context budgets leave, the turn's own seed (so the episode is reproducible
     under any batching)."""
     b, used = cfg.budgets, ledger.used
-    limit = cfg.max_turn_tokens if asked is None else min(cfg.max_turn_tokens, asked)
+    limit = turn_tokens or cfg.max_turn_tokens  # a summarize turn has its own limit
+    limit = limit if asked is None else min(limit, asked)
     if b.sampled_tokens is not None:
         limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
     if b.context_tokens is not None:
