@@ -21,8 +21,9 @@ from tests.mcp_helpers import (
 )
 from tracerl.envs.registry import make_with
 from tracerl.rollout.budget import Budgets
+from tracerl.rollout.live_replay import replay_live
 from tracerl.rollout.persist import read_run_trajectories
-from tracerl.rollout.replay import replay_exact, replay_live
+from tracerl.rollout.replay import replay_exact
 
 pytest.importorskip("mcp")
 

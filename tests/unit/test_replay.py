@@ -12,8 +12,9 @@ from tracerl.jsonl import write_trajectories
 from tracerl.report.run import find_episode
 from tracerl.rollout.budget import Budgets, RetryPolicy, RolloutConfig
 from tracerl.rollout.groups import run_groups
+from tracerl.rollout.live_replay import replay_live
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
-from tracerl.rollout.replay import replay_exact, replay_live
+from tracerl.rollout.replay import replay_exact
 from tracerl.types import Source
 
 CONFIG = RolloutConfig(

@@ -16,7 +16,8 @@ from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.context import SubagentConfig
 from tracerl.rollout.episode import episode_from_trajectories
-from tracerl.rollout.replay import replay_exact, replay_live
+from tracerl.rollout.live_replay import replay_live
+from tracerl.rollout.replay import replay_exact
 from tracerl.rollout.runner import Policy, run_episode
 from tracerl.train.grpo import row_shares
 from tracerl.types import Attribution, Source, StopReason, Trajectory

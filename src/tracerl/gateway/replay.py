@@ -25,15 +25,11 @@ from tracerl.gateway.agent import ending
 from tracerl.gateway.chat import ASKED, GatewayError, normalize_messages, normalize_tools
 from tracerl.gateway.harness import HarnessEnv
 from tracerl.gateway.session import GatewaySession
+from tracerl.rollout import live_replay as runner_live
 from tracerl.rollout import replay as runner_replay
 from tracerl.rollout.budget import RolloutConfig
-from tracerl.rollout.replay import (
-    Drift,
-    LiveReport,
-    ReplayReport,
-    first_difference,
-    recorded_policy,
-)
+from tracerl.rollout.live_replay import Drift, LiveReport
+from tracerl.rollout.replay import ReplayReport, first_difference, recorded_policy
 from tracerl.rollout.sampler import SamplerUnavailable
 from tracerl.types import Receipt, StopReason, Trajectory
 
@@ -49,9 +45,9 @@ async def replay_exact(trajectories: Sequence[Trajectory], *, renderer: Any = No
 
 
 async def replay_live(trajectories: Sequence[Trajectory], env: Env | None = None) -> LiveReport:
-    """Live replay of any recorded episode (`tracerl.rollout.replay.replay_live`), a gateway
+    """Live replay of any recorded episode (`tracerl.rollout.live_replay.replay_live`), a gateway
     episode's by running its agent again (`replay_live_gateway`)."""
-    return await runner_replay.replay_live(trajectories, env, agent=replay_live_gateway)
+    return await runner_live.replay_live(trajectories, env, agent=replay_live_gateway)
 
 
 def _unanswered(
@@ -143,7 +139,7 @@ async def replay_live_gateway(
     trajectories: Sequence[Trajectory], renderer: Any = None
 ) -> LiveReport:
     """Run the recorded agent again against the recorded model turns: a
-    `tracerl.rollout.replay.LiveReport` of which requests drifted."""
+    `tracerl.rollout.live_replay.LiveReport` of which requests drifted."""
     from tracerl.gateway.agent import AgentBackend
     from tracerl.gateway.server import Gateway
 

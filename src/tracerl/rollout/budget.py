@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tracerl.rollout.context.config import ContextConfig, SubagentConfig
+from tracerl.types import StopReason
 
 
 class _Config(BaseModel):
@@ -216,6 +217,35 @@ class Ledger:
             calls_left = None if calls_left is None else calls_left - 1
             writes_left = None if writes_left is None or not is_write else writes_left - 1
         return allowed, reasons, stop
+
+    def after_tool_step(self, cfg: RolloutConfig, write_task: bool) -> StopReason | None:
+        """After a tool step: close exploration when the reserve (or low evidence gain) says
+        so (`finalize`); without a reserve, the budget is a hard cap and the episode stops
+        instead (the stop reason returned)."""
+        gain = self.events[-1]["evidence_gain"]
+        mg = cfg.marginal_gain
+        if mg is not None:
+            self.low_gain_streak = self.low_gain_streak + 1 if gain < mg.threshold else 0
+        if self.finalize:
+            return None
+        trigger = None
+        r = cfg.reserve
+        steps_left = cfg.budgets.steps - self.used["steps"]
+        calls_left = self.remaining("tool_calls")
+        if mg is not None and self.low_gain_streak >= mg.patience:
+            trigger = StopReason.MARGINAL_GAIN
+        elif r is not None and steps_left <= r.min_steps_for_finalize:
+            trigger = StopReason.RESERVE_REACHED
+        elif calls_left is not None and calls_left <= (
+            r.min_tool_calls_for_commit if r and write_task else 0
+        ):
+            trigger = StopReason.RESERVE_REACHED if r else StopReason.MAX_TOOL_CALLS
+        if trigger is None or steps_left <= 0:
+            return None  # out of steps: the next turn's budget check stops the episode
+        if r is None:
+            return trigger
+        self.finalize = trigger.value
+        return None
 
     def to_dict(self, stop_reason: str | None, side_effect_guard: str) -> dict[str, Any]:
         return {

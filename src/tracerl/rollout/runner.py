@@ -311,7 +311,7 @@ class _EpisodeRun:
             return StopReason.ANSWERED  # an answer tool (with citations, say) ended it
         if result.terminated or result.truncated:
             return StopReason.ENV_TERMINATED
-        stop = self._maybe_finalize()
+        stop = self.ledger.after_tool_step(self.cfg, self.write_task)
         if stop is not None:
             return stop
         if self.ledger.finalize and not self.announced and self.cfg.reserve is not None:
@@ -370,35 +370,6 @@ class _EpisodeRun:
                 self.unknown_fault = True
             if o.fault is not None and o.fault.attribution is Attribution.EVALUATOR:
                 self.eval_fault = True
-
-    def _maybe_finalize(self) -> StopReason | None:
-        """After a tool step: close exploration when the reserve (or low evidence gain) says
-        so. Without a reserve, the budget is a hard cap and the episode stops instead."""
-        gain = self.ledger.events[-1]["evidence_gain"]
-        mg = self.cfg.marginal_gain
-        if mg is not None:
-            low = gain < mg.threshold
-            self.ledger.low_gain_streak = self.ledger.low_gain_streak + 1 if low else 0
-        if self.ledger.finalize:
-            return None
-        trigger = None
-        r = self.cfg.reserve
-        steps_left = self.cfg.budgets.steps - self.ledger.used["steps"]
-        calls_left = self.ledger.remaining("tool_calls")
-        if mg is not None and self.ledger.low_gain_streak >= mg.patience:
-            trigger = StopReason.MARGINAL_GAIN
-        elif r is not None and steps_left <= r.min_steps_for_finalize:
-            trigger = StopReason.RESERVE_REACHED
-        elif calls_left is not None and calls_left <= (
-            r.min_tool_calls_for_commit if r and self.write_task else 0
-        ):
-            trigger = StopReason.RESERVE_REACHED if r else StopReason.MAX_TOOL_CALLS
-        if trigger is None or steps_left <= 0:
-            return None  # out of steps: the next turn's budget check stops the episode
-        if r is None:
-            return trigger
-        self.ledger.finalize = trigger.value
-        return None
 
     async def _observe(
         self, step: int, messages: list[Message], rec: dict[str, Any]
