@@ -15,7 +15,7 @@ from typing import Any
 from tracerl.envs.base import Env
 from tracerl.envs.check import CheckReport, EnvCheckError, run_env_checks
 from tracerl.envs.parsers import get_parser
-from tracerl.rollout.budget import RolloutConfig
+from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.episode import Episode
 from tracerl.rollout.groups import group_episode_id
 from tracerl.rollout.reference import reference_policy
@@ -53,7 +53,14 @@ async def scripted_episodes(
 
         renderer = ChatRenderer(smollm2_tokenizer())
     policy = reference_policy(renderer, "check-env", probe, tasks, get_parser("json_list"))
-    config = RolloutConfig(max_turn_tokens=4096)
+    # the budgets give the script room to finish: the check is of the verifier, and a long
+    # script (a long-horizon environment's) must not be cut off by the default budgets
+    scripts = [probe.check_script(t) for t in tasks]
+    turns = max((len(a) for a in scripts), default=0)
+    calls = max((sum(len(x.tool_calls) for x in a) for a in scripts), default=0)
+    d = Budgets()
+    budgets = Budgets(steps=max(d.steps, turns + 1), tool_calls=max(d.tool_calls or 0, calls + 1))
+    config = RolloutConfig(max_turn_tokens=4096, budgets=budgets)
     return [
         await run_episode(
             factory(), t, policy, config, seed=seed, episode_id=group_episode_id(t, seed, 0)
