@@ -6,15 +6,24 @@ Run: .venv/bin/python benchmarks/long_horizon.py [--arms compact,delegate]
 
 `timeline` (src/tracerl/envs/timeline.py): SmolLM2-135M-Instruct opens 8 Wikipedia
 articles and answers with the first year each mentions. A good episode's history is ~850
-tokens; every arm has ``budgets.context_tokens: 512``. Arms, each one `tracerl train` per
-seed, one after another (each has both cores):
+tokens; every arm has ``budgets.context_tokens: 512``. Per arm, one after another (each run
+has both cores):
+
+1. the warm start, once per arm (``<arm>-warm``): `tracerl train <config> trainer.steps=0`,
+   SFT on the reference agent; its weights are the starting point of every seed;
+2. per seed (``<arm>-s<seed>``): `tracerl train <config>` from those weights
+   (``warm_start=null``), GRPO for ``trainer.steps``; its step-0 evaluation is the warm-started
+   model under the seed's sampling, its last one the trained model.
+
+Arms:
 
 * ``compact``: configs/timeline.yaml as written (policy-written summaries);
-* ``stop``: the compact arm's trained model, evaluated on the same held-out tasks with
+* ``stop``: the compact arm's models evaluated on the same held-out tasks with
   ``rollout.context.policy=stop`` (`tracerl eval`): the episode ends ``context_overflow``
-  before the last article. (Trained under ``stop`` from the start, the run has no warm start
-  at all: the reference agent overflows too, so there is nothing to imitate, and
-  ``tracerl train`` refuses it.)
+  before the last article. Its learner time per step comes from two GRPO steps under
+  ``stop`` from the warm-started weights (``stop-train``). (Trained under ``stop`` from the
+  start, a run has no warm start at all: the reference agent overflows too, so there is
+  nothing to imitate, and ``tracerl train`` refuses it.)
 * ``delegate``: configs/timeline-delegate.yaml (two sub-agents, four articles each).
 
 Printed per arm: held-out success (every year right, `eval/heldout/success_rate`) after the
@@ -38,32 +47,71 @@ from pathlib import Path
 from typing import Any
 
 ARMS = {
-    "compact": ("configs/timeline.yaml", []),
-    "delegate": ("configs/timeline-delegate.yaml", []),
+    "compact": "configs/timeline.yaml",
+    "delegate": "configs/timeline-delegate.yaml",
 }
 
 
+def cli(folder: Path, name: str, args: list[str]) -> float:
+    """`python -m tracerl.cli <args>`, logged to ``<folder>/<name>.log``; its wall time."""
+    while (folder.parent / "PAUSE").exists():  # the machine is lent to something else: wait
+        time.sleep(10)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(folder / f"{name}.log", "w") as log:
+        cmd = [sys.executable, "-m", "tracerl.cli", *args]
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if rc != 0:
+        raise SystemExit(f"{folder.name}: tracerl {args[0]} failed ({rc}); see {folder}/{name}.log")
+    return time.perf_counter() - t0
+
+
+def export(run: Path, model_dir: Path) -> Path:
+    """The run's last checkpoint as a Hugging Face folder (``model.spec=hf:<folder>``)."""
+    import torch
+
+    from tracerl.models import load
+
+    if (model_dir / "config.json").exists():
+        return model_dir
+    ckpt = max((run / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
+    bundle = load("smollm2-135m-instruct")
+    bundle.model.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu"))
+    bundle.model.save_pretrained(model_dir)
+    bundle.renderer.tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+def warm(out: Path, arm: str, extra: list[str]) -> tuple[Path, dict[str, Any]]:
+    """The arm's warm start (once): its weights and what it cost."""
+    folder = out / f"{arm}-warm"
+    done = folder / "result.json"
+    if not done.exists():
+        args = ["train", ARMS[arm], f"out_dir={folder}", "name=run", *extra, "trainer.steps=0"]
+        wall = cli(folder, "train", args)
+        result = summarize(folder / "run", wall)
+        export(folder / "run", folder / "model")
+        shutil.rmtree(folder / "run" / "checkpoints", ignore_errors=True)
+        done.write_text(json.dumps(result, indent=1))
+    return folder / "model", json.loads(done.read_text())
+
+
 def train(out: Path, arm: str, seed: int, extra: list[str]) -> dict[str, Any]:
-    """One run (or its results, when it finished before)."""
+    """One seed's GRPO run from the arm's warm start (or its results, when it ran before)."""
     folder = out / f"{arm}-s{seed}"
     done = folder / "result.json"
     if done.exists():
         return json.loads(done.read_text())
-    while (out / "PAUSE").exists():  # the machine is lent to something else: wait
-        time.sleep(10)
-    folder.mkdir(parents=True, exist_ok=True)
-    config, overrides = ARMS[arm]
-    cmd = [sys.executable, "-m", "tracerl.cli", "train", config, f"out_dir={folder}"]
-    cmd += ["name=run", f"trainer.seed={seed}", *overrides, *extra]
-    t0 = time.perf_counter()
-    with open(folder / "train.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
-    if rc != 0:
-        raise SystemExit(f"{arm} seed {seed}: tracerl train failed ({rc}); see {folder}/train.log")
-    result = summarize(folder / "run", time.perf_counter() - t0)
-    result.update(arm=arm, seed=seed)
-    if arm == "compact":  # the same model without compaction: the stop arm
-        stop = evaluate_stop(folder, seed, extra)
+    model, warmed = warm(out, arm, extra)
+    args = ["train", ARMS[arm], f"out_dir={folder}", "name=run", f"trainer.seed={seed}"]
+    args += [f"model.spec=hf:{model}", "warm_start=null", *extra]
+    result = summarize(folder / "run", cli(folder, "train", args))
+    # this seed's step-0 evaluation is the warm-started model under the seed's sampling
+    result["warm_start_success"] = result.pop("baseline_success")
+    result["train_compute_s"] += warmed["warm_start_s"]
+    result.update(arm=arm, seed=seed, warm_start_s=warmed["warm_start_s"])
+    if arm == "compact":  # the same models without compaction: the stop arm
+        stop = evaluate_stop(folder, seed, extra, model)
         stop.update(arm="stop", seed=seed)
         (folder / "stop.json").write_text(json.dumps(stop, indent=1))
     done.write_text(json.dumps(result, indent=1))
@@ -71,46 +119,47 @@ def train(out: Path, arm: str, seed: int, extra: list[str]) -> dict[str, Any]:
     return result
 
 
-def evaluate_stop(folder: Path, seed: int, extra: list[str]) -> dict[str, Any]:
-    """The compact run's last weights, evaluated with ``rollout.context.policy=stop``."""
-    import torch
-
-    from tracerl.models import load
-
-    ckpt = max((folder / "run" / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
-    bundle = load("smollm2-135m-instruct")
-    bundle.model.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu"))
-    model_dir = folder / "model"
-    bundle.model.save_pretrained(model_dir)
-    bundle.renderer.tokenizer.save_pretrained(model_dir)
-    cmd = [sys.executable, "-m", "tracerl.cli", "eval", "configs/timeline.yaml"]
-    cmd += [f"model.spec=hf:{model_dir}", "rollout.context.policy=stop", f"trainer.seed={seed}"]
-    cmd += [*extra, "--out", str(folder / "stop-eval")]
-    t0 = time.perf_counter()
-    with open(folder / "stop-eval.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
-    if rc != 0:
-        raise SystemExit(f"stop seed {seed}: tracerl eval failed ({rc}); see {folder}")
-    rows = [
-        json.loads(x)
-        for x in (folder / "stop-eval" / "metrics.jsonl").read_text().splitlines()
-        if x
-    ]
-    ev = next(r for r in rows if "eval/heldout/success_rate" in r)
-    shutil.rmtree(model_dir, ignore_errors=True)
-    nan = math.nan
+def evaluate_stop(folder: Path, seed: int, extra: list[str], warmed: Path) -> dict[str, Any]:
+    """The warm-started and the trained model, evaluated with ``rollout.context.policy=stop``
+    on the compact run's held-out tasks."""
+    trained = export(folder / "run", folder / "model")
+    found: dict[str, dict[str, Any]] = {}
+    for name, model in (("stop-eval-warm", warmed), ("stop-eval", trained)):
+        args = ["eval", ARMS["compact"], f"model.spec=hf:{model}", "rollout.context.policy=stop"]
+        args += [f"trainer.seed={seed}", *extra, "--out", str(folder / name)]
+        wall = cli(folder, name, args)
+        rows = (folder / name / "metrics.jsonl").read_text().splitlines()
+        found[name] = next(r for r in map(json.loads, rows) if "eval/heldout/success_rate" in r)
+        found[name]["wall_s"] = wall
+    shutil.rmtree(trained, ignore_errors=True)
+    ev, nan = found["stop-eval"], math.nan
     return {
         "heldout_success": float(ev["eval/heldout/success_rate"]),
         "heldout_years": float(ev.get("eval/heldout/reward/years", nan)),
         "overflow_rate": float(ev.get("eval/heldout/context/overflow_rate", nan)),
         "samples_per_episode": float(ev.get("eval/heldout/context/samples_per_episode", nan)),
-        "warm_start_success": nan,
+        "warm_start_success": float(found["stop-eval-warm"]["eval/heldout/success_rate"]),
         "sample_tokens_per_episode": nan,
         "policy_tokens_per_episode": nan,
         "update_s_per_step": nan,
         "train_compute_s": 0.0,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": ev["wall_s"],
     }
+
+
+def stop_train(out: Path, extra: list[str]) -> dict[str, Any]:
+    """Two GRPO steps under ``stop`` from the compact warm start: the learner's time per step
+    and the tokens per episode without compaction."""
+    folder = out / "stop-train"
+    done = folder / "result.json"
+    if not done.exists():
+        model, _ = warm(out, "compact", extra)
+        args = ["train", ARMS["compact"], f"out_dir={folder}", "name=run", f"model.spec=hf:{model}"]
+        args += ["warm_start=null", *extra, "trainer.steps=2", "rollout.context.policy=stop"]
+        result = summarize(folder / "run", cli(folder, "train", args))
+        shutil.rmtree(folder / "run" / "checkpoints", ignore_errors=True)
+        done.write_text(json.dumps(result, indent=1))
+    return json.loads(done.read_text())
 
 
 def summarize(run: Path, wall_s: float) -> dict[str, Any]:
@@ -143,6 +192,7 @@ def summarize(run: Path, wall_s: float) -> dict[str, Any]:
         "overflow_rate": mean("context/overflow_rate"),
         "update_s_per_step": mean("time/update_s"),
         "train_compute_s": warm + sum(float(r.get("time/step_s", 0.0)) for r in train_rows),
+        "warm_start_s": warm,
         "wall_s": wall_s,
         "steps": len(train_rows),
     }
@@ -157,7 +207,15 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) / math.sqrt(len(values))
 
 
-def table(results: list[dict[str, Any]]) -> str:
+def table(results: list[dict[str, Any]], out: Path) -> str:
+    """One row per arm; the stop arm's training costs come from ``stop-train``."""
+    cost = out / "stop-train" / "result.json"
+    if cost.exists():
+        measured = json.loads(cost.read_text())
+        keys = ("update_s_per_step", "sample_tokens_per_episode", "policy_tokens_per_episode")
+        for r in results:
+            if r["arm"] == "stop":
+                r.update({k: measured[k] for k in keys})
     lines = [
         "| arm | held-out success (mean ± s.e.) | seeds | after warm start | years right | "
         "samples / episode | tokens the learner ran / episode | policy tokens / episode | "
@@ -194,26 +252,33 @@ def main() -> None:
     out = Path(args.out)
     arms = args.arms.split(",")
     if args.report:
-        found = [json.loads(f.read_text()) for f in sorted(out.glob("*/result.json"))]
+        found = [json.loads(f.read_text()) for f in sorted(out.glob("*-s*/result.json"))]
         found += [json.loads(f.read_text()) for f in sorted(out.glob("*/stop.json"))]
         arms = ["stop", *arms]
         found.sort(key=lambda r: (arms.index(r["arm"]) if r["arm"] in arms else 99, r["seed"]))
-        print(table(found))
+        print(table(found, out))
         return
     results = []
     for arm in arms:
         for seed in [int(s) for s in args.seeds.split(",")]:
             r = train(out, arm, seed, args.set)
             print(
-                f"{arm} seed {seed}: held-out success {r['heldout_success']:.3f} "
-                f"(warm start {r['warm_start_success']}), {r['wall_s'] / 60:.1f} min",
+                f"{arm} seed {seed}: held-out success {r['warm_start_success']:.3f} after the "
+                f"warm start -> {r['heldout_success']:.3f}, {r['wall_s'] / 60:.1f} min",
                 flush=True,
             )
             results.append(r)
             if arm == "compact":
                 results.append(json.loads((out / f"compact-s{seed}" / "stop.json").read_text()))
+    if "compact" in arms:
+        cost = stop_train(out, args.set)
+        print(
+            f"stop, 2 GRPO steps from the warm start: learner {cost['update_s_per_step']:.1f} "
+            f"s/step, {cost['sample_tokens_per_episode']:.0f} tokens the learner ran / episode",
+            flush=True,
+        )
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    print(table(results))
+    print(table(results, out))
 
 
 if __name__ == "__main__":

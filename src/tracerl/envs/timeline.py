@@ -181,23 +181,29 @@ class Timeline(Delegating, ToolEnv):
                 for i, t in enumerate(self._subtask(a, b) for a, b in halves)
             ]
             return [*asks, Action(text="", answer=task["answers"][0])]
-        return [*self._opens(1, n), Action(text="", answer=task["answers"][0])]
+        return [*self._opens(task, 1, n), Action(text="", answer=task["answers"][0])]
 
     def check_child_script(self, task: dict[str, Any], child: int) -> list[Action]:
         """The reference sub-agent `child` (``d0``, ``d1``): its half of the articles."""
         n = len(task["articles"])
         first, last = (1, n // 2) if child == 0 else (n // 2 + 1, n)
         years = " ".join(task["years"][first - 1 : last])
-        return [*self._opens(first, last), Action(text="", answer=years)]
+        return [*self._opens(task, first, last), Action(text="", answer=years)]
 
     @staticmethod
     def _subtask(first: int, last: int) -> str:
         return f"Open articles {first} to {last}; answer with the first year of each."
 
     @staticmethod
-    def _opens(first: int, last: int) -> list[Action]:
+    def _opens(task: dict[str, Any], first: int, last: int) -> list[Action]:
+        """Open `first` to `last`; each call after the first notes the year just read
+        (``3: 1588``), so a year is taken from the article the turn has just seen and a
+        summary copies notes."""
         return [
-            Action(text="", tool_calls=(ToolCall(f"call_{i}_0", "open", {"n": i + 1}),))
+            Action(
+                text=f"{i}: {task['years'][i - 1]}" if i >= first else "",
+                tool_calls=(ToolCall(f"call_{i}_0", "open", {"n": i + 1}),),
+            )
             for i in range(first - 1, last)
         ]
 

@@ -26,9 +26,10 @@ def reference_texts(
     texts = []
     actions = env.check_script(task) if child is None else env.check_child_script(task, child)
     for action in actions:
-        if action.tool_calls:
+        if action.tool_calls:  # a note the script writes before its calls comes first
             calls = [(c.name, c.arguments) for c in action.tool_calls]
-            texts.append(parser.format_calls(calls))
+            note = f"{action.text}\n" if action.text else ""
+            texts.append(note + parser.format_calls(calls))
         elif action.answer is not None:
             texts.append(parser.format_answer(action.answer))
         else:
