@@ -120,6 +120,11 @@ def test_grpo_trains_every_sample_of_long_episodes_once_per_episode(tiny, tmp_pa
     else:
         assert m["context/subagents_mean"] == 2.0
         assert all({t.agent for t in e.trajectories} == {"", "d0", "d1"} for e in episodes)
+        # timeline grades each sub-agent on its own range: the misreading members' children
+        # score 0, the others' 1, and they train with advantages of their own
+        graded = [r["reward"] for e in episodes for r in e.receipt.children]
+        assert sorted(graded) == [0.0] * 8 + [1.0] * 8
+        assert m["train/subagent_reward_mean"] == 0.5
     assert m["context/samples_per_episode"] >= 3
     # every sampled token of every sample trained (a summary, a sub-agent's turns)
     assert m["train/policy_tokens"] == sum(

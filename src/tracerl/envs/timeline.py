@@ -40,6 +40,7 @@ components:
 """Success is every year right; the training reward is the share right (in order)."""
 
 _FOUR_DIGITS = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
+_RANGE = re.compile(r"articles?\s+(\d{1,3})\s*(?:to|-|–|through)\s*(\d{1,3})", re.IGNORECASE)
 
 
 @cache
@@ -188,20 +189,39 @@ class Timeline(Delegating, ToolEnv):
         n = len(task["articles"])
         first, last = (1, n // 2) if child == 0 else (n // 2 + 1, n)
         years = " ".join(task["years"][first - 1 : last])
-        return [*self._opens(task, first, last), Action(text="", answer=years)]
+        # no notes: a sub-agent's context holds its articles (and 512 tokens hold four
+        # articles, not four articles and three notes)
+        return [*self._opens(task, first, last, notes=False), Action(text="", answer=years)]
+
+    def subagent_reward(
+        self, task: dict[str, Any], subtask: str, answer: str | None
+    ) -> float | None:
+        """A sub-agent's own reward: the share of the years of the articles its sub-task
+        names (``articles 1 to 4``) that its answer gives, in order; None (it trains with
+        its parent's advantage) when the sub-task names no range of this task's articles.
+        Graded against the task's record, never against what the child wrote about itself."""
+        found = _RANGE.search(subtask or "")
+        if found is None:
+            return None
+        first, last = int(found.group(1)), int(found.group(2))
+        if not 1 <= first <= last <= len(task["years"]):
+            return None
+        gold = task["years"][first - 1 : last]
+        got = years_of(answer or "")
+        return sum(1 for a, b in zip(got, gold, strict=False) if a == b) / len(gold)
 
     @staticmethod
     def _subtask(first: int, last: int) -> str:
         return f"Open articles {first} to {last}; answer with the first year of each."
 
     @staticmethod
-    def _opens(task: dict[str, Any], first: int, last: int) -> list[Action]:
-        """Open `first` to `last`; each call after the first notes the year just read
-        (``3: 1588``), so a year is taken from the article the turn has just seen and a
-        summary copies notes."""
+    def _opens(task: dict[str, Any], first: int, last: int, notes: bool = True) -> list[Action]:
+        """Open `first` to `last`; with `notes`, each call after the first notes the year
+        just read (``3: 1588``), so a year is taken from the article the turn has just seen
+        and a summary copies notes."""
         return [
             Action(
-                text=f"{i}: {task['years'][i - 1]}" if i >= first else "",
+                text=f"{i}: {task['years'][i - 1]}" if notes and i >= first else "",
                 tool_calls=(ToolCall(f"call_{i}_0", "open", {"n": i + 1}),),
             )
             for i in range(first - 1, last)

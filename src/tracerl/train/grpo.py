@@ -36,6 +36,7 @@ from tracerl.train.metrics import (
     scored_metrics,
     signal_metrics,
 )
+from tracerl.train.subagent_credit import child_advantages, child_reward_metrics
 from tracerl.train.turn_credit import turn_level_advantages
 from tracerl.types import RewardBreakdown, StopReason
 
@@ -164,7 +165,10 @@ def has_signal(group: Sequence[Episode], cfg: GRPOConfig) -> bool:
     (under the run's estimator and credit, the group on its own). A group whose eligible
     rewards are all equal, or with fewer than two eligible members, has none."""
     _, eligible, advantages = episode_advantages([group], cfg)
-    return any(ok and _nonzero(a) for ok, a in zip(eligible, advantages, strict=True))
+    if any(ok and _nonzero(a) for ok, a in zip(eligible, advantages, strict=True)):
+        return True
+    own = child_advantages([group], eligible, cfg.advantage)  # graded sub-agents
+    return any(a is not None and _nonzero(a) for a in own.values())
 
 
 def _nonzero(a: Any) -> bool:
@@ -201,18 +205,25 @@ def update_on_groups(
     `signal`: whether each of those groups has signal, when the caller knows already."""
     episodes = [e for g in groups for e in g]
     rewards, eligible, advantages = episode_advantages(groups, cfg)
+    own = child_advantages(groups, eligible, cfg.advantage)  # graded sub-agents
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
     advs: list[Any] = []
     shares: list[float] = []
-    for e, a, w, ok in zip(episodes, advantages, weights, eligible, strict=True):
-        if ok:
-            rows += e.trajectories
-            shares += row_shares(e, cfg.sample_weighting)
-            if isinstance(a, float | int):
-                advs += [a * w] * len(e.trajectories)
-            else:  # one advantage per turn, on that turn's tokens
-                advs += [[x * w for x in row] for row in a]
+    for i, (e, a, w, ok) in enumerate(zip(episodes, advantages, weights, eligible, strict=True)):
+        if not ok:
+            continue
+        per_row = [a] * len(e.trajectories) if isinstance(a, float | int) else a
+        shares_e = row_shares(e, cfg.sample_weighting)
+        for t, share, x in zip(e.trajectories, shares_e, per_row, strict=True):
+            if t.agent and (i, t.agent) in own:  # a sub-agent with its own reward
+                x = own[(i, t.agent)]
+                if x is None:  # its grading failed: the evaluator's, trains on nothing
+                    continue
+            rows.append(t)
+            shares.append(share)
+            # one advantage per sample, or per turn on that turn's tokens
+            advs.append(x * w if isinstance(x, float | int) else [v * w for v in x])
     t0 = time.perf_counter()
     metrics = learner.update(rows, advs, lr_scale=lr_scale, weights=shares) if rows else {}
     # what the learner paid: its time, and every token of every sample it ran
@@ -226,6 +237,7 @@ def update_on_groups(
     )
     metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
+    metrics.update(child_reward_metrics(seen))
     metrics["train/ineligible_episodes"] = float(sum(not ok for ok in ok_seen))
     if signal is None:
         signal = [has_signal(g, cfg) for g in seen]

@@ -71,6 +71,11 @@ class SubagentConfig(_Config):
     has left (less one final turn of the parent's)."""
     max_depth: int = Field(1, ge=1)
     """How deep delegation nests: 1, children only (a child's delegate call is refused)."""
+    own_reward: bool = True
+    """A child trains with its own reward where the environment defines one
+    (``subagent_reward(task, subtask, answer)``, a number or None), its advantage taken
+    against the children at the same place in the other episodes of its group; false, or
+    where the environment defines none: with its parent's advantage."""
 
 
 class ContextConfig(_Config):

@@ -10,7 +10,9 @@ to the parent as the tool's observation.
 
 The child belongs to its parent's episode: its samples are samples of the parent episode
 (``agent`` names them: ``d0``, ``d1``...), so they train with the parent's advantage and
-the episode counts once in its group. The parent pays for the child in its ledger (its
+the episode counts once in its group; where the environment grades children
+(``subagent_reward``, recorded in the parent's receipt: `own_reward`), a child trains with
+an advantage of its own instead (`tracerl.train.subagent_credit`). The parent pays for the child in its ledger (its
 sampled tokens and tool calls). A child the environment failed (an outage, a crash) fails
 its parent's call as the environment's (the parent episode is then the environment's); a
 child that spends its budget without answering is a policy outcome: the parent sees that
@@ -40,8 +42,8 @@ class ChildEnv(Env):
     replay's). A delegate call never reaches it: the child's own runner runs (or, past
     ``max_depth``, refuses) it."""
 
-    def __init__(self, parent: Env, agent: str) -> None:
-        self.parent, self.agent = parent, agent
+    def __init__(self, parent: Env, agent: str, root_task: dict[str, Any]) -> None:
+        self.parent, self.agent, self.root_task = parent, agent, root_task
         self.name, self.version = parent.name, parent.version  # type: ignore[misc]
         self.side_effect_guard = parent.side_effect_guard
         self.tools = ToolSet(list(parent.tools), guard=False)
@@ -104,7 +106,8 @@ class Delegation:
         k = len(self.children)
         prefix = run.agent + "/" if run.agent else ""
         agent = f"{prefix}d{k}"
-        child_env = ChildEnv(run.env, agent)
+        root_task = getattr(run.env, "root_task", run.task)
+        child_env = ChildEnv(run.env, agent, root_task)
         child_cfg = self._budgets(run, pending)
         task = {"id": f"{run.task.get('id')}/{agent}", "prompt": text.strip()}
         replayed = (run.children_replay or {}).get(agent, {})  # replay: the child's records
@@ -141,6 +144,8 @@ class Delegation:
             "tool_calls": used.get("tool_calls", 0),
             "answer": answer["text"] if answer else None,
         }
+        if child.attribution is Attribution.POLICY and self.cfg.own_reward:
+            record.update(own_reward(run.env, root_task, text.strip(), record["answer"]))
         self.records.append(record)
         ms = (time.perf_counter() - t0) * 1000
         if child.attribution in (Attribution.ENVIRONMENT, Attribution.UNKNOWN):
@@ -177,3 +182,27 @@ class Delegation:
             }
         )
         return self.rollout.model_copy(update={"budgets": budgets})
+
+
+def own_reward(env: Env, task: dict[str, Any], subtask: str, answer: str | None) -> dict:
+    """The child's own reward, where the environment defines one (``subagent_reward``):
+    ``{"reward": x}``; nothing where it defines none or returns None (the child trains with
+    its parent's advantage); ``{"reward": None, "reward_error": ...}`` where it raised or
+    returned something that is not a number (the evaluator's: the child's samples train on
+    nothing). The grade comes from the environment's record of the task, never from what
+    the child wrote about itself."""
+    while isinstance(env, ChildEnv):
+        env = env.parent
+    fn = getattr(env, "subagent_reward", None)
+    if fn is None:
+        return {}
+    try:
+        value = fn(task, subtask, answer)
+    except Exception as e:
+        return {"reward": None, "reward_error": f"{type(e).__name__}: {e}"}
+    if value is None:
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        why = f"subagent_reward returned {type(value).__name__} {value!r}, not a number"
+        return {"reward": None, "reward_error": why}
+    return {"reward": float(value)}
