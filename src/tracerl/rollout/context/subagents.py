@@ -15,9 +15,10 @@ the episode counts once in its group; where the environment grades children
 an advantage of its own instead (`tracerl.train.subagent_credit`). The parent pays for the
 child in its ledger (its sampled tokens and tool calls). A child the environment failed
 (an outage, a crash) fails its parent's call as the environment's (the parent episode is
-then the environment's); a child that spends its budget without answering is a policy outcome: the parent sees that
-it stopped, and why. Receipts link both ways (the parent's ``children``, the child's
-``parent``); replay runs the tree again (`tracerl.rollout.replay`).
+then the environment's); a child that spends its budget without answering is a policy
+outcome: the parent sees that it stopped, and why. Receipts link both ways (the parent's
+``children``, the child's ``parent``); replay runs the tree again
+(`tracerl.rollout.replay`).
 """
 
 from __future__ import annotations
