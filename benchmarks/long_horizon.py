@@ -104,7 +104,7 @@ def train(out: Path, arm: str, seed: int, extra: list[str]) -> dict[str, Any]:
         return json.loads(done.read_text())
     model, warmed = warm(out, arm, extra)
     args = ["train", ARMS[arm], f"out_dir={folder}", "name=run", f"trainer.seed={seed}"]
-    args += [f"model.spec=hf:{model}", "warm_start=null", *extra]
+    args += [f"model.spec=hf:{model}", "env.parser=json_list", "warm_start=null", *extra]
     result = summarize(folder / "run", cli(folder, "train", args))
     # this seed's step-0 evaluation is the warm-started model under the seed's sampling
     result["warm_start_success"] = result.pop("baseline_success")
@@ -125,7 +125,8 @@ def evaluate_stop(folder: Path, seed: int, extra: list[str], warmed: Path) -> di
     trained = export(folder / "run", folder / "model")
     found: dict[str, dict[str, Any]] = {}
     for name, model in (("stop-eval-warm", warmed), ("stop-eval", trained)):
-        args = ["eval", ARMS["compact"], f"model.spec=hf:{model}", "rollout.context.policy=stop"]
+        args = ["eval", ARMS["compact"], f"model.spec=hf:{model}", "env.parser=json_list"]
+        args += ["rollout.context.policy=stop"]
         args += [f"trainer.seed={seed}", *extra, "--out", str(folder / name)]
         wall = cli(folder, name, args)
         rows = (folder / name / "metrics.jsonl").read_text().splitlines()
@@ -155,7 +156,13 @@ def stop_train(out: Path, extra: list[str]) -> dict[str, Any]:
     if not done.exists():
         model, _ = warm(out, "compact", extra)
         args = ["train", ARMS["compact"], f"out_dir={folder}", "name=run", f"model.spec=hf:{model}"]
-        args += ["warm_start=null", *extra, "trainer.steps=2", "rollout.context.policy=stop"]
+        args += [
+            "env.parser=json_list",
+            "warm_start=null",
+            *extra,
+            "trainer.steps=2",
+            "rollout.context.policy=stop",
+        ]
         result = summarize(folder / "run", cli(folder, "train", args))
         shutil.rmtree(folder / "run" / "checkpoints", ignore_errors=True)
         done.write_text(json.dumps(result, indent=1))

@@ -4,6 +4,8 @@ script opens its own range without notes (its context holds all its articles).""
 
 from __future__ import annotations
 
+import asyncio
+
 from tracerl.envs import make
 from tracerl.envs.parsers import get_parser
 from tracerl.envs.timeline import years_of
@@ -28,8 +30,11 @@ def test_summaries_and_sub_agents_carry_the_years_read_so_far() -> None:
     env = make("timeline", pages=4, delegate=True)
     task = env.sample_tasks(1, seed=5)[0]
     y = task["years"]
-    assert env.check_summary(task, 2) == f"Next: open 3. Years of articles 1-2: {y[0]} {y[1]}."
-    assert env.check_summary(task, 4).startswith("Next: answer.")
+    assert env.check_summary(task, 2) == f"Years of articles 1-2: {y[0]} {y[1]}."
+    assert env.check_summary(task, 4) == f"All 4 articles read. Years: {' '.join(y)}."
+    env.task = task  # the last article says so: the cue to answer
+    assert asyncio.run(env.open_article({"n": 4})).content.startswith("Article 4 of 4, the last: ")
+    assert asyncio.run(env.open_article({"n": 3})).content.startswith("Article 3 of 4: ")
     parser = get_parser("json_list")
     second = reference_texts(env, task, parser, child=1)  # articles 3 and 4, no notes
     assert [t.startswith("<tool_call>") for t in second] == [True, True, False]

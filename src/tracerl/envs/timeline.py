@@ -82,7 +82,7 @@ class Timeline(Delegating, ToolEnv):
     (``rollout.subagents``): ``delegate(task)``, whose answer comes back."""
 
     name = "timeline"
-    version = "1.0"
+    version = "1.1"
     splits = ("train", "heldout")
     reward_components = TIMELINE_REWARD
 
@@ -141,7 +141,8 @@ class Timeline(Delegating, ToolEnv):
         articles = self.task.get("articles", [])
         if not isinstance(n, int) or not 1 <= n <= len(articles):
             raise PolicyError(f"there is no article {n!r}: open 1 to {len(articles)}")
-        return f"Article {n} of {len(articles)}: {articles[n - 1]['text']}"
+        last = ", the last" if n == len(articles) else ""  # a small model needs the cue
+        return f"Article {n} of {len(articles)}{last}: {articles[n - 1]['text']}"
 
     async def finish(self, action: Action) -> StepResult:
         answer = {"text": action.answer or "", "citations": []}
@@ -232,10 +233,12 @@ class Timeline(Delegating, ToolEnv):
         has read, and what is next."""
         n = len(task["articles"])
         read = min(done, n)
-        years = " ".join(task["years"][:read]) or "none yet"
-        nxt = f"open {read + 1}" if read < n else "answer"
-        # what to do next first: a summary cut short by its token limit keeps it
-        return f"Next: {nxt}. Years of articles 1-{read}: {years}."
+        if read == 0:
+            return "No article read yet."
+        years = " ".join(task["years"][:read])
+        if read == n:  # its first words say it is time to answer
+            return f"All {n} articles read. Years: {years}."
+        return f"Years of articles 1-{read}: {years}."  # the next is read + 1
 
 
 def years_of(text: str) -> list[str]:
