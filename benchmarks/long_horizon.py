@@ -127,7 +127,8 @@ def evaluate_stop(folder: Path, seed: int, extra: list[str], warmed: Path) -> di
     for name, model in (("stop-eval-warm", warmed), ("stop-eval", trained)):
         args = ["eval", ARMS["compact"], f"model.spec=hf:{model}", "env.parser=json_list"]
         args += ["rollout.context.policy=stop"]
-        args += [f"trainer.seed={seed}", *extra, "--out", str(folder / name)]
+        # `tracerl eval --seed` is its trainer.seed: the held-out tasks and the sampling
+        args += [*extra, "--seed", str(seed), "--out", str(folder / name)]
         wall = cli(folder, name, args)
         rows = (folder / name / "metrics.jsonl").read_text().splitlines()
         found[name] = next(r for r in map(json.loads, rows) if "eval/heldout/success_rate" in r)
