@@ -30,8 +30,8 @@ def test_summaries_and_sub_agents_carry_the_years_read_so_far() -> None:
     env = make("timeline", pages=4, delegate=True)
     task = env.sample_tasks(1, seed=5)[0]
     y = task["years"]
-    assert env.check_summary(task, 2) == f"Years of articles 1-2: {y[0]} {y[1]}."
-    assert env.check_summary(task, 4) == f"All 4 articles read. Years: {' '.join(y)}."
+    assert env.check_summary(task, 2) == f"Years of articles 1-2 of 4: {y[0]} {y[1]}."
+    assert env.check_summary(task, 4) == f"Years of articles 1-4 of 4: {' '.join(y)}."
     env.task = task  # the last article says so: the cue to answer
     assert asyncio.run(env.open_article({"n": 4})).content.startswith("Article 4 of 4, the last: ")
     assert asyncio.run(env.open_article({"n": 3})).content.startswith("Article 3 of 4: ")

@@ -235,10 +235,8 @@ class Timeline(Delegating, ToolEnv):
         read = min(done, n)
         if read == 0:
             return "No article read yet."
-        years = " ".join(task["years"][:read])
-        if read == n:  # its first words say it is time to answer
-            return f"All {n} articles read. Years: {years}."
-        return f"Years of articles 1-{read}: {years}."  # the next is read + 1
+        # the range says where to go on: open read + 1, or (all read) answer
+        return f"Years of articles 1-{read} of {n}: {' '.join(task['years'][:read])}."
 
 
 def years_of(text: str) -> list[str]:
