@@ -340,3 +340,19 @@ def test_a_write_the_tool_refused_does_not_spend_the_write_budget(tiny):
     assert ep.stop_reason is StopReason.ANSWERED
     assert ep.receipt.ledger["used"]["write_actions"] == 1
     assert ep.receipt.ledger["used"]["tool_calls"] == 2
+
+
+@pytest.mark.parametrize(
+    ("budgets", "turn_tokens", "stop"),
+    [
+        (Budgets(context_tokens=160), 256, StopReason.CONTEXT_OVERFLOW),  # the context's end
+        (Budgets(context_tokens=4096), 20, StopReason.MAX_TOKENS),  # the turn's own cap
+    ],
+)
+def test_an_answer_cut_off_says_which_limit_cut_it(tiny, budgets, turn_tokens, stop):
+    """A long answer cut short where the context ends is an overflow (a context policy's
+    business, and what readiness reports), not the turn's own token cap."""
+    long_answer = "the answer is " + "very " * 300
+    cfg = RolloutConfig(budgets=budgets, max_turn_tokens=turn_tokens, reserve=None)
+    ep = _run(tiny, [long_answer], cfg)
+    assert ep.stop_reason is stop

@@ -152,6 +152,7 @@ class _EpisodeRun:
         self.delegation = Delegation(config)
         self.agent, self.parent = "", None  # a sub-agent's name and its parent's call
         self.children_replay: dict[str, dict[str, Any]] | None = None
+        self.cut_stop = StopReason.MAX_TOKENS  # what a turn cut short means (sample_turn)
         self.root_episode_id = self.episode_id
 
     # ---- the loop --------------------------------------------------------------------------
@@ -241,6 +242,13 @@ class _EpisodeRun:
         request = turn_request(
             self.conv, self.cfg, self.ledger, self.seed, self.episode_id, turn_tokens=cap
         )
+        room = self.cfg.budgets.context_tokens  # a turn the context's end cuts: an overflow
+        room = None if room is None else room - self.ledger.context_tokens
+        self.cut_stop = (
+            StopReason.CONTEXT_OVERFLOW
+            if room is not None and room <= request.max_tokens
+            else StopReason.MAX_TOKENS
+        )
         return await self.policy.sampler.sample(request)
 
     def text_of(self, res: SampleResult) -> str:
@@ -259,7 +267,7 @@ class _EpisodeRun:
             return await self._parse_error(step, action.error, rec, res)
         if action.is_final and res.finish_reason == "length":
             self._log_step(step, "answer_cut", t0, res, rec, None)
-            return StopReason.MAX_TOKENS  # the answer was cut off by the token limit
+            return self.cut_stop  # the answer was cut off by a token limit or the context
         if action.is_final:
             result = await self._env_step(action, rec)
             self._log_step(step, "answer", t0, res, rec, result)

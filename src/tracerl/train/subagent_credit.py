@@ -32,7 +32,7 @@ def child_rewards(episode: Any) -> dict[str, float | None]:
     the grading failed). Children the environment did not grade are absent."""
     found: dict[str, float | None] = {}
     seen: set[str] = set()
-    for t in episode.trajectories:
+    for t in getattr(episode, "trajectories", ()):  # a bare outcome has no samples
         receipt = t.receipt or {}
         key = str(receipt.get("replay_id") or id(receipt))
         if key in seen:
