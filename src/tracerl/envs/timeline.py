@@ -207,9 +207,9 @@ class Timeline(Delegating, ToolEnv):
         first, last = int(found.group(1)), int(found.group(2))
         if not 1 <= first <= last <= len(task["years"]):
             return None
-        gold = task["years"][first - 1 : last]
-        got = years_of(answer or "")
-        return sum(1 for a, b in zip(got, gold, strict=False) if a == b) / len(gold)
+        return _right_in_order(years_of(answer or ""), task["years"][first - 1 : last]) / (
+            last - first + 1
+        )
 
     @staticmethod
     def _subtask(first: int, last: int) -> str:
@@ -254,5 +254,10 @@ def all_years(ctx: RewardContext) -> Score:
 def years_in_order(ctx: RewardContext) -> Score:
     """Outcome: the share of articles whose year the answer gives at its place."""
     got, gold = years_of((ctx.answer or {}).get("text", "")), ctx.task["years"]
-    right = sum(1 for a, b in zip(got, gold, strict=False) if a == b)
+    right = _right_in_order(got, gold)
     return Score(right / len(gold), {"right": right, "of": len(gold)})
+
+
+def _right_in_order(got: list[str], gold: list[str]) -> int:
+    """How many of `gold`'s years `got` gives at their places."""
+    return sum(1 for a, b in zip(got, gold, strict=False) if a == b)
