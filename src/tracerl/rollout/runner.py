@@ -38,7 +38,7 @@ from tracerl.rollout.context.subagents import Delegation
 from tracerl.rollout.episode import Episode, Policy, episode_seed, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.rollout.steps import gave_up, observation, step_with_retries
-from tracerl.rollout.turns import budget_stop, turn_request
+from tracerl.rollout.turns import budget_stop, context_room, turn_request
 from tracerl.types import Attribution, Fault, FaultKind, StopReason
 
 log = logging.getLogger("tracerl")
@@ -242,8 +242,7 @@ class _EpisodeRun:
         request = turn_request(
             self.conv, self.cfg, self.ledger, self.seed, self.episode_id, turn_tokens=cap
         )
-        room = self.cfg.budgets.context_tokens  # a turn the context's end cuts: an overflow
-        room = None if room is None else room - self.ledger.context_tokens
+        room = context_room(self.cfg, self.ledger)  # a turn the context's end cuts: overflow
         self.cut_stop = (
             StopReason.CONTEXT_OVERFLOW
             if room is not None and room <= request.max_tokens

@@ -27,6 +27,12 @@ def budget_stop(budgets: Budgets, ledger: Ledger, elapsed: float) -> StopReason 
     return None
 
 
+def context_room(cfg: RolloutConfig, ledger: Ledger) -> int | None:
+    """The tokens the context budget leaves for the next turn (None: no context budget)."""
+    room = cfg.budgets.context_tokens
+    return None if room is None else room - ledger.context_tokens
+
+
 def turn_request(
     conv: Any,
     cfg: RolloutConfig,
@@ -47,8 +53,9 @@ def turn_request(
     limit = limit if asked is None else min(limit, asked)
     if b.sampled_tokens is not None:
         limit = min(limit, b.sampled_tokens - used["sampled_tokens"])
-    if b.context_tokens is not None:
-        limit = min(limit, b.context_tokens - ledger.context_tokens)
+    room = context_room(cfg, ledger)
+    if room is not None:
+        limit = min(limit, room)
     return SampleRequest(
         conv.token_ids,
         max_tokens=max(1, limit),
