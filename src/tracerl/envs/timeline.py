@@ -82,7 +82,7 @@ class Timeline(Delegating, ToolEnv):
     (``rollout.subagents``): ``delegate(task)``, whose answer comes back."""
 
     name = "timeline"
-    version = "1.1"
+    version = "1.2"
     splits = ("train", "heldout")
     reward_components = TIMELINE_REWARD
 
@@ -201,15 +201,35 @@ class Timeline(Delegating, ToolEnv):
         names (``articles 1 to 4``) that its answer gives, in order; None (it trains with
         its parent's advantage) when the sub-task names no range of this task's articles.
         Graded against the task's record, never against what the child wrote about itself."""
+        found = self._range(task, subtask)
+        if found is None:
+            return None
+        first, last = found
+        return _right_in_order(years_of(answer or ""), task["years"][first - 1 : last]) / (
+            last - first + 1
+        )
+
+    def subagent_result(self, task: dict[str, Any], subtask: str, answer: str) -> str:
+        """What the parent sees of a sub-agent's answer: the range of articles its sub-task
+        named, as `open` names an article (``Articles 5-8 of 8, the last: ...``), then the
+        answer. The words are the environment's (no loss); the range tells a small parent
+        what is covered, and "the last" when to answer, as `open`'s own observation does."""
+        found = self._range(task, subtask)
+        if found is None:
+            return answer
+        first, last = found
+        n = len(task["years"])
+        end = ", the last" if last == n else ""
+        return f"Articles {first}-{last} of {n}{end}: {answer}"
+
+    @staticmethod
+    def _range(task: dict[str, Any], subtask: str) -> tuple[int, int] | None:
+        """The range of this task's articles a sub-task names (``articles 1 to 4``)."""
         found = _RANGE.search(subtask or "")
         if found is None:
             return None
         first, last = int(found.group(1)), int(found.group(2))
-        if not 1 <= first <= last <= len(task["years"]):
-            return None
-        return _right_in_order(years_of(answer or ""), task["years"][first - 1 : last]) / (
-            last - first + 1
-        )
+        return (first, last) if 1 <= first <= last <= len(task["years"]) else None
 
     @staticmethod
     def _subtask(first: int, last: int) -> str:

@@ -160,7 +160,10 @@ class Delegation:
         if answer is None:  # the child's own outcome: it stopped without answering
             note = f"(the sub-agent stopped without an answer: {child.stop_reason.value})"
             return CallOutcome(call, ToolResult(note, latency_ms=ms))
-        return CallOutcome(call, ToolResult(answer["text"], latency_ms=ms))
+        shown = child_result(run.env, root_task, text.strip(), answer["text"])
+        if isinstance(shown, Fault):  # the environment's hook failed: its fault, not the child's
+            return CallOutcome(call, ToolResult.failure(shown, ms))
+        return CallOutcome(call, ToolResult(shown, latency_ms=ms))
 
     def _budgets(self, run: Any, pending: int) -> Any:
         """The child's rollout settings: its own steps and context; what the parent has left
@@ -183,6 +186,29 @@ class Delegation:
             }
         )
         return self.rollout.model_copy(update={"budgets": budgets})
+
+
+def child_result(env: Env, task: dict[str, Any], subtask: str, answer: str) -> str | Fault:
+    """What the parent sees of a child's answer: the answer itself, or what the environment
+    makes of it where it defines ``subagent_result(task, subtask, answer) -> str`` (say, the
+    range of articles the answer covers, as its own tools would name it). Its words are the
+    environment's, so they carry no loss. A hook that raises or returns something that is not
+    a string fails the call as `FaultKind.UNKNOWN` (the episode trains on nothing), never as
+    the policy's."""
+    while isinstance(env, ChildEnv):
+        env = env.parent
+    fn = getattr(env, "subagent_result", None)
+    if fn is None:
+        return answer
+    try:
+        value = fn(task, subtask, answer)
+    except Exception as e:
+        kind = type(e).__name__
+        return Fault(FaultKind.UNKNOWN, f"subagent_result raised {kind}: {e}", False, kind)
+    if not isinstance(value, str):
+        why = f"subagent_result returned {type(value).__name__} {value!r}, not a string"
+        return Fault(FaultKind.UNKNOWN, why, False)
+    return value
 
 
 def own_reward(env: Env, task: dict[str, Any], subtask: str, answer: str | None) -> dict:
