@@ -236,3 +236,49 @@ def test_a_child_cannot_spend_the_calls_its_parents_step_still_needs(tiny):
     (rec,) = ep.receipt.children
     assert rec["tool_calls"] == 0  # the delegate call and the read took both
     assert ep.receipt.ledger["used"]["tool_calls"] == 2
+
+
+class Framed(Archive):
+    """Says which sub-task an answer answers, as the environment's own words."""
+
+    def subagent_result(self, task, subtask, answer):
+        return f"Pages 1-2 (task {task['id']}): {answer}"
+
+
+class BadFrame(Archive):
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def subagent_result(self, task, subtask, answer):
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+def test_the_environment_may_frame_the_childs_answer_in_words_without_loss(tiny):
+    ep = run(tiny, env=Framed())
+    root = next(t for t in ep.trajectories if not t.agent)
+    obs = ep.steps[0]["observation_messages"][0]["content"]
+    assert obs == "Pages 1-2 (task t): 10 20"
+    env_text = "".join(s.text or "" for s in root.segments if s.source is Source.ENVIRONMENT)
+    assert "Pages 1-2 (task t): 10 20" in env_text  # the environment's tokens: no loss
+    assert "Pages 1-2" not in policy_text(root)
+    (rec,) = ep.receipt.children
+    assert rec["answer"] == "10 20"  # the receipt keeps what the child wrote, and what was shown
+    assert rec["result"] == "Pages 1-2 (task t): 10 20"
+    report = asyncio.run(replay_exact(ep.trajectories, renderer=tiny.renderer))
+    assert report.ok, report.first_difference
+    assert asyncio.run(replay_live(ep.trajectories, Framed())).drifted == []
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [(KeyError("years"), "subagent_result raised KeyError"), (42, "returned int 42")],
+)
+def test_a_framing_hook_that_fails_is_nobodys_lesson(tiny, value, said):
+    ep = run(tiny, env=BadFrame(value))
+    call = ep.steps[0]["calls"][0]
+    assert call["observation"]["status"] == "unknown"
+    assert said in call["result"]["error"]["message"]
+    assert ep.attribution is not Attribution.POLICY and not ep.gradient_eligible

@@ -39,3 +39,15 @@ def test_summaries_and_sub_agents_carry_the_years_read_so_far() -> None:
     second = reference_texts(env, task, parser, child=1)  # articles 3 and 4, no notes
     assert [t.startswith("<tool_call>") for t in second] == [True, True, False]
     assert years_of(second[2]) == y[2:]
+
+
+def test_the_parent_sees_which_articles_a_sub_agents_answer_covers() -> None:
+    env = make("timeline", pages=8, delegate=True)
+    task = env.sample_tasks(1, seed=2)[0]
+    first = env.subagent_result(task, env._subtask(1, 4), "1900 1901 1902 1903")
+    last = env.subagent_result(task, env._subtask(5, 8), "1904 1905")
+    assert first == "Articles 1-4 of 8: 1900 1901 1902 1903"
+    assert last == "Articles 5-8 of 8, the last: 1904 1905"  # the cue to answer, as open's
+    # a sub-task that names no range of this task's articles: the answer, as written
+    assert env.subagent_result(task, "Find the years.", "1900") == "1900"
+    assert env.subagent_result(task, "Open articles 7 to 12.", "1900") == "1900"

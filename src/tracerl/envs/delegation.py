@@ -6,6 +6,10 @@ Mix it into a `ToolEnv` (``class Desk(Delegating, ToolEnv)``) and set
 and this environment's other tools, and its answer is the call's observation
 (`tracerl.rollout.context.subagents`, docs/long-horizon.md). The environment never runs
 the call itself: without ``rollout.subagents`` it answers that delegation is off.
+
+Two optional hooks an environment may define beside it: ``subagent_reward(task, subtask,
+answer)`` grades a child on its own, and ``subagent_result(task, subtask, answer)`` says what
+the parent sees of the child's answer (by default the answer itself).
 """
 
 from __future__ import annotations

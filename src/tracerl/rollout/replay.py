@@ -219,6 +219,10 @@ async def replay_exact(
     agents = {t.agent for t in trajectories if t.agent}
     env = RecordedEnv(receipt, steps, {a: _steps(trajectories, a) for a in agents})
     children = {a: _recorded_run(_receipt_of(trajectories, a)) for a in agents}
+    for t in trajectories:  # what each parent was shown of its children's answers
+        for rec in (t.receipt or {}).get("children", []):
+            if "result" in rec and rec["agent"] in children:
+                children[rec["agent"]]["result"] = rec["result"]
     try:
         episode = await run_episode(
             env,

@@ -160,9 +160,14 @@ class Delegation:
         if answer is None:  # the child's own outcome: it stopped without answering
             note = f"(the sub-agent stopped without an answer: {child.stop_reason.value})"
             return CallOutcome(call, ToolResult(note, latency_ms=ms))
-        shown = child_result(run.env, root_task, text.strip(), answer["text"])
+        if "result" in replayed:  # exact replay: what the parent was shown, as recorded
+            shown: str | Fault = replayed["result"]
+        else:
+            shown = child_result(run.env, root_task, text.strip(), answer["text"])
         if isinstance(shown, Fault):  # the environment's hook failed: its fault, not the child's
             return CallOutcome(call, ToolResult.failure(shown, ms))
+        if shown != answer["text"]:
+            record["result"] = shown  # the environment's words around the answer
         return CallOutcome(call, ToolResult(shown, latency_ms=ms))
 
     def _budgets(self, run: Any, pending: int) -> Any:
