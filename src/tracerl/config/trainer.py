@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tracerl.config.base import _Config
+from tracerl.config.distill import DistillConfig
 from tracerl.rewards.compose import ComponentSpec
 from tracerl.rollout.backend_config import RolloutBackendConfig
 
@@ -87,6 +88,10 @@ class TrainerConfig(_Config):
     informative groups or ``max_rounds`` rounds were sampled. Every sampled group is
     written and counted (``train/zero_signal_group_rate``, ``train/resampled_groups``).
     None: off (a zero-signal group then costs its sampling and teaches nothing)."""
+    distill: DistillConfig | None = None
+    """On-policy distillation (docs/distillation.md): a teacher scores every policy token
+    of the student's own episodes; its per-token advantage (log p_teacher - log p_student)
+    is added to the outcome's, weighted. None: off."""
     reward: str | None = None
     """How episodes are scored. None: the environment's own verifier (its ``reward`` method
     or ``reward_components``); a built-in (``search``, ``arithmetic``, ``coderepair``); an

@@ -185,9 +185,35 @@ def check_split(probe: Env, name: str, split: str, key: str) -> None:
         raise ConfigError(f"{key}: environment {name!r} has no tasks in split {split!r}")
 
 
+def check_teacher(cfg: RunConfig) -> None:
+    """``trainer.distill.teacher`` names a model (a spec, a run's checkpoint) whose tokenizer
+    is the student's: a teacher scores the student's token ids, which must mean the same
+    tokens to it. Only tokenizers load here."""
+    d = cfg.trainer.distill
+    if d is None or d.teacher is None:
+        return
+    from tracerl.models.loading import tokenizer_of, vocabulary_difference
+    from tracerl.models.refs import parse_model_ref
+
+    try:
+        ref = parse_model_ref(d.teacher)
+        differs = vocabulary_difference(tokenizer_of(cfg.model.spec), tokenizer_of(ref.spec))
+    except UserError as e:
+        raise _fail("trainer.distill.teacher", e) from e
+    if differs:
+        raise ConfigError(
+            f"trainer.distill.teacher: {d.teacher!r} (base {ref.spec}) does not share "
+            f"model.spec {cfg.model.spec!r}'s tokenizer ({differs}); the teacher scores the "
+            "student's token ids, so both must mean the same tokens",
+            "pick a teacher of the student's family (cross-tokenizer distillation is not "
+            "supported)",
+        )
+
+
 def prepare(cfg: RunConfig) -> Prepared:
     """Check `cfg` against what it names; the config with split defaults, and the objects."""
     check_model(cfg.model.spec)
+    check_teacher(cfg)
     if cfg.env.parser is not None:
         from tracerl.envs.parsers import PARSERS
 

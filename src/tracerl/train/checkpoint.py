@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tracerl.cache import save_folder_atomically
+from tracerl.models.refs import checkpoint_steps
 from tracerl.train.lora import is_lora, trainable_state
 
 KEEP = 2
@@ -68,14 +69,7 @@ def save_checkpoint(
 
 
 def _steps(run_dir: Path) -> list[int]:
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(
-        int(p.name.split("_")[1])
-        for p in folder.iterdir()
-        if p.name.startswith("step_") and (p / "state.json").is_file()
-    )
+    return checkpoint_steps(run_dir)
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:

@@ -28,6 +28,7 @@ from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.distill import Distiller
 from tracerl.train.dynamic_sampling import DynamicSampling, Refill, sample_with_signal
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import (
@@ -63,6 +64,9 @@ class GRPOConfig:
     timeout_reward_cap: float = 0.0
     dynamic_sampling: DynamicSampling | None = None
     """Sample replacement groups for those without signal (None: off)."""
+    distill: Distiller | None = None
+    """On-policy distillation: the teacher's per-token term joins each row's advantage
+    (`tracerl.train.distill`; None: off)."""
 
 
 def grpo_step(
@@ -165,6 +169,8 @@ def has_signal(group: Sequence[Episode], cfg: GRPOConfig) -> bool:
     (under the run's estimator and credit, the group on its own). A group whose eligible
     rewards are all equal, or with fewer than two eligible members, has none."""
     _, eligible, advantages = episode_advantages([group], cfg)
+    if cfg.distill is not None and any(eligible):  # the teacher grades every policy token
+        return True
     if any(ok and _nonzero(a) for ok, a in zip(eligible, advantages, strict=True)):
         return True
     own = child_advantages([group], eligible, cfg.advantage)  # graded sub-agents
@@ -208,7 +214,8 @@ def update_on_groups(
     own = child_advantages(groups, eligible, cfg.advantage)  # graded sub-agents
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
-    advs: list[Any] = []
+    outcome: list[Any] = []  # one advantage per sample, or per turn on that turn's tokens
+    row_weights: list[float] = []
     shares: list[float] = []
     for i, (e, a, w, ok) in enumerate(zip(episodes, advantages, weights, eligible, strict=True)):
         if not ok:
@@ -222,10 +229,21 @@ def update_on_groups(
                     continue
             rows.append(t)
             shares.append(share)
-            # one advantage per sample, or per turn on that turn's tokens
-            advs.append(x * w if isinstance(x, float | int) else [v * w for v in x])
+            outcome.append(x)
+            row_weights.append(w)
+    extra: dict[str, float] = {}
+    if cfg.distill is not None and rows:  # the teacher's term, per token; unscored rows out
+        d = cfg.distill.apply(rows, outcome, row_weights)
+        rows, shares, advs = [rows[k] for k in d.keep], [shares[k] for k in d.keep], d.advantages
+        extra = d.metrics
+    else:
+        advs = [
+            x * w if isinstance(x, float | int) else [v * w for v in x]
+            for x, w in zip(outcome, row_weights, strict=True)
+        ]
     t0 = time.perf_counter()
     metrics = learner.update(rows, advs, lr_scale=lr_scale, weights=shares) if rows else {}
+    metrics.update(extra)
     # what the learner paid: its time, and every token of every sample it ran
     metrics["time/update_s"] = time.perf_counter() - t0
     metrics["train/sample_tokens"] = float(sum(len(t) for t in rows))

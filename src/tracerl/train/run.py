@@ -34,6 +34,7 @@ from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.groups import RolloutBackend
 from tracerl.rollout.runner import Policy
+from tracerl.train.distill import build_distiller
 from tracerl.train.distributed.group import current
 from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.grpo import GRPOConfig
@@ -204,6 +205,7 @@ class Run:
             credit_gamma=t.credit_gamma,
             step_group_weight=t.step_group_weight,
             dynamic_sampling=DynamicSampling.of(t.dynamic_sampling),
+            distill=build_distiller(self.cfg),
             rollout=self.cfg.rollout,
             timeouts=t.timeouts,
             timeout_reward_cap=t.timeout_reward_cap,

@@ -1,0 +1,91 @@
+"""What a model reference names, without loading it: a spec, or a run's checkpoint.
+
+A model a run uses beside its policy (a distillation teacher) may be given as
+
+* a model spec: ``smollm2-135m-instruct``, ``tiny-random``, ``hf:<folder>``;
+* a run: ``run:runs/NAME`` (its latest checkpoint) or ``run:runs/NAME@7`` (after step 7);
+* a checkpoint folder: ``runs/NAME/checkpoints/step_7``.
+
+A checkpoint holds the trained weights (``model.pt``: the full state dict, or a LoRA run's
+adapters only); its run's ``config.yaml`` names the base model spec and the LoRA shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracerl.models.loading import ModelNotFoundError, check_spec
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    text: str
+    """The reference as given."""
+    spec: str
+    """The base model's spec (a run's: its ``model.spec``)."""
+    checkpoint: Path | None = None
+    """The checkpoint folder whose ``model.pt`` loads on the base (None: the spec as is)."""
+    lora: dict[str, Any] | None = None
+    """The run's ``model.lora`` (its checkpoint then holds adapters only)."""
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of `run_dir`'s complete checkpoints (``checkpoints/step_<n>/state.json``),
+    oldest first."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        int(p.name.split("_")[1])
+        for p in folder.iterdir()
+        if p.name.startswith("step_") and (p / "state.json").is_file()
+    )
+
+
+def parse_model_ref(text: str) -> ModelRef:
+    """`text` resolved to a base spec and a checkpoint, or `ModelNotFoundError` saying what is
+    missing. Nothing is loaded (a run's ``config.yaml`` is read)."""
+    if text.startswith("run:"):
+        where, _, step = text[4:].partition("@")
+        run_dir = Path(where).expanduser()
+        steps = checkpoint_steps(run_dir)
+        if not steps:
+            raise ModelNotFoundError(
+                f"{text}: no checkpoint under {run_dir / 'checkpoints'}",
+                "train the run first, or name a model spec or a checkpoint folder",
+            )
+        if step:
+            if not step.lstrip("-").isdigit() or int(step) not in steps:
+                raise ModelNotFoundError(
+                    f"{text}: the run has no checkpoint after step {step!r}",
+                    f"its checkpoints: {', '.join(map(str, steps))}",
+                )
+            n = int(step)
+        else:
+            n = steps[-1]
+        return _from_run(text, run_dir, run_dir / "checkpoints" / f"step_{n}")
+    folder = Path(text).expanduser()
+    if (folder / "model.pt").is_file() and (folder / "state.json").is_file():
+        return _from_run(text, folder.parent.parent, folder)
+    check_spec(text)
+    return ModelRef(text, text)
+
+
+def _from_run(text: str, run_dir: Path, checkpoint: Path) -> ModelRef:
+    import yaml
+
+    config = run_dir / "config.yaml"
+    try:
+        model = (yaml.safe_load(config.read_text()) or {}).get("model") or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ModelNotFoundError(
+            f"{text}: cannot read the run's {config} ({e})",
+            "a checkpoint's run directory holds the config.yaml it was trained with",
+        ) from e
+    spec = model.get("spec")
+    if not isinstance(spec, str):
+        raise ModelNotFoundError(f"{text}: {config} names no model.spec")
+    check_spec(spec)
+    return ModelRef(text, spec, checkpoint, model.get("lora"))

@@ -1,0 +1,100 @@
+"""Teachers: who scores the student's tokens, and how.
+
+A teacher answers one question per trajectory: the log-prob of each token the student wrote,
+given every token before it (the same ids the student saw: prompts, tool output, earlier
+turns, a compacted sample's summary), at the run's sampling temperature. It returns one
+value per token (0 off the policy tokens, which are never scored) or, for a trajectory it
+could not score, why (a string): that sample is then the evaluator's, and trains on nothing.
+
+`ModelTeacher` runs a model in this process (a spec, an ``hf:`` folder, a run's checkpoint:
+`load_teacher`); `tracerl.train.distill.server.ServerTeacher` asks an OpenAI-compatible
+server for prompt log-probs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from tracerl.models.refs import ModelRef
+from tracerl.train.batch import bucketed_batches
+from tracerl.train.logprobs import token_logprobs
+from tracerl.types import Trajectory
+
+Scored = list[float] | str
+"""A trajectory's teacher log-probs (one per token), or why it has none."""
+
+
+class Teacher(Protocol):
+    identity: str
+    """What the cache keys on: the teacher's weights (or server and model), never a path."""
+    label: str
+    """What the run's facts name."""
+
+    def logprobs(self, rows: Sequence[Trajectory], temperature: float) -> list[Scored]:
+        """Per row: the teacher's log-prob of each of its tokens, or why there are none."""
+        ...
+
+
+class ModelTeacher:
+    """A teacher model in this process, frozen, scored in micro-batches without gradients;
+    the LM head runs on the policy tokens only."""
+
+    def __init__(
+        self, model: Any, identity: str, label: str, micro_batch_tokens: int = 4096
+    ) -> None:
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.identity, self.label = identity, label
+        self.micro_batch_tokens = micro_batch_tokens
+
+    def logprobs(self, rows: Sequence[Trajectory], temperature: float) -> list[Scored]:
+        out: list[Scored] = [[0.0] * len(t) for t in rows]  # a row without tokens: nothing
+        for b in bucketed_batches(rows, [0.0] * len(rows), self.micro_batch_tokens):
+            try:
+                with torch.no_grad():
+                    lp_B_T = token_logprobs(
+                        self.model,
+                        b.input_ids_B_T,
+                        b.attention_mask_B_T,
+                        temperature=temperature,
+                        only_B_T=b.loss_mask_B_T,
+                    )
+            except Exception as e:  # the teacher's failure: these rows go unscored
+                for i in b.rows:
+                    out[i] = f"{type(e).__name__}: {e}"
+                continue
+            for k, i in enumerate(b.rows):
+                out[i] = lp_B_T[k, : len(rows[i])].tolist()
+        return out
+
+
+def load_teacher(ref: ModelRef, device: str, dtype: str, micro_batch_tokens: int) -> ModelTeacher:
+    """The model `ref` names, loaded and placed like the student (`device`, `dtype`): its base
+    spec, then its checkpoint's weights (a LoRA run's adapters on the base)."""
+    from tracerl.models import load
+    from tracerl.models.loading import file_sha256
+    from tracerl.train.lora import apply_lora, place, trainable_state
+
+    bundle = load(ref.spec)
+    model = place(bundle.model, device, dtype)
+    identity = bundle.model_id
+    if ref.checkpoint is not None:
+        weights = ref.checkpoint / "model.pt"
+        state = torch.load(weights, weights_only=True, map_location="cpu")
+        if ref.lora is not None:
+            model = apply_lora(model, **ref.lora)
+            missing = set(trainable_state(model)) - set(state)
+            if missing:
+                raise ValueError(
+                    f"{ref.text}: the checkpoint lacks adapter weights {sorted(missing)[:3]}"
+                )
+            model.load_state_dict(state, strict=False)
+            model = model.merge_and_unload()  # scoring only: plain weights are faster
+        else:
+            model.load_state_dict(state)
+        identity += f"+{file_sha256(weights)[:16]}"
+    return ModelTeacher(model, identity, ref.text, micro_batch_tokens)
