@@ -79,8 +79,8 @@ class Fixed:
             if t.episode_id in self.fail:
                 out.append("TimeoutError: the teacher took too long")
                 continue
-            lp = t.logprobs
-            out.append([v + self.shift if m else self.junk for v, m in zip(lp, t.loss_mask)])
+            pairs = zip(t.logprobs, t.loss_mask, strict=True)
+            out.append([v + self.shift if m else self.junk for v, m in pairs])
         return out
 
 
