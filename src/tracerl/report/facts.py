@@ -29,6 +29,19 @@ def _sampling(trainer: dict[str, Any]) -> str:
     return f"dynamic: groups without signal replaced, up to {ds.get('max_rounds', 3)} rounds a step"
 
 
+def _teacher(trainer: dict[str, Any]) -> str | None:
+    """Who graded the student's tokens (``trainer.distill``), and how the advantages mix."""
+    t = trainer.get("distill")
+    if not t:
+        return None
+    server = t.get("server") or {}
+    who = t.get("teacher") or f"{server.get('model')} at {server.get('base_url')}"
+    return (
+        f"{who}; advantage = {t.get('outcome_weight', 1.0)} x outcome + "
+        f"{t.get('distill_weight', 1.0)} x (log p_teacher - log p_student)"
+    )
+
+
 def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
     rc = d.episodes[-1].receipt if d.episodes else {}
     env = rc.get("env") or {}
@@ -63,6 +76,7 @@ def facts(d: RunData) -> tuple[list[list[Any]], dict[str, str]]:
         ["template sha256", str(rc.get("template_hash", ""))[:16]],
         ["advantage", _advantage(d.config.get("trainer") or {})],
         ["sampling", _sampling(d.config.get("trainer") or {})],
+        *([["teacher", teacher]] if (teacher := _teacher(d.config.get("trainer") or {})) else []),
         ["first episode", min(starts) if starts else "–"],
         ["duration", duration],
         ["episodes", f"{len(d.episodes)} ({sum(e.phase == 'train' for e in d.episodes)} training)"],

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from tracerl.report import distillation, judges, sections
 from tracerl.report import facts as run_facts
-from tracerl.report import judges, sections
 from tracerl.report.long_horizon import section as long_horizon_section
 from tracerl.report.page import esc, page, table
 from tracerl.report.run import LEDGER_FILE, EpisodeRecord, RunData
@@ -273,6 +273,8 @@ def write_report(
     async_curves = _async_curves(d)
     gap_curve = _gap_curve(d, len(CURVES) + len(async_curves) + 1)
     long_horizon = long_horizon_section(d, len(CURVES) + len(async_curves) + len(gap_curve) + 1)
+    before = len(CURVES) + len(async_curves) + len(gap_curve) + bool(long_horizon)
+    distilled = distillation.section(d, before + 1)
     cited = any(sections.has_metric(d, key) for _, key, _ in sections.SEARCH_ROWS)
     quality_heading = "Citations, latency, eligibility" if cited else "Latency, eligibility"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -299,6 +301,7 @@ def write_report(
             else ""
         )
         + (f"<h2>Long horizons</h2>{long_horizon}" if long_horizon else "")
+        + (f"<h2>Distillation</h2>{distilled}" if distilled else "")
         + "<h2>Whose fault: attribution</h2>"
         + sections.attribution(d)
         + "<h2>How episodes ended</h2>"

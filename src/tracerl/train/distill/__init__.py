@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracerl.train.distill.distiller import Distilled, Distiller
-from tracerl.train.distill.teachers import ModelTeacher, Teacher, load_teacher
+from tracerl.train.distill.teachers import Deferred, ModelTeacher, Teacher, load_teacher
 
 __all__ = ["Distilled", "Distiller", "ModelTeacher", "Teacher", "build_distiller", "load_teacher"]
 
@@ -29,7 +29,10 @@ def build_distiller(cfg: Any) -> Distiller | None:
     teacher: Teacher
     if d.teacher is not None:
         ref = parse_model_ref(d.teacher)
-        teacher = load_teacher(ref, cfg.model.device, cfg.model.dtype, d.micro_batch_tokens)
+        m = cfg.model
+        teacher = Deferred(
+            lambda: load_teacher(ref, m.device, m.dtype, d.micro_batch_tokens), d.teacher
+        )
     else:
         from tracerl.train.distill.server import ServerTeacher
 

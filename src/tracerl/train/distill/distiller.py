@@ -47,6 +47,13 @@ class Distiller:
     cache: Any = None
     """A `tracerl.rewards.judge.VerdictCache` (get/put JSON by key), or None."""
 
+    def __repr__(self) -> str:
+        return (
+            f"Distiller(teacher={self.teacher!r}, temperature={self.temperature}, "
+            f"outcome_weight={self.outcome_weight}, distill_weight={self.distill_weight}, "
+            f"tokens_per_step={self.tokens_per_step}, cache={self.cache is not None})"
+        )
+
     def key(self, t: Trajectory) -> str:
         h = hashlib.sha256(f"{self.teacher.identity}|T={self.temperature!r}|".encode())
         h.update(",".join(map(str, t.token_ids)).encode())

@@ -13,7 +13,7 @@ server for prompt log-probs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -51,6 +51,9 @@ class ModelTeacher:
         self.identity, self.label = identity, label
         self.micro_batch_tokens = micro_batch_tokens
 
+    def __repr__(self) -> str:
+        return f"ModelTeacher({self.label!r}, {self.identity!r})"
+
     def logprobs(self, rows: Sequence[Trajectory], temperature: float) -> list[Scored]:
         out: list[Scored] = [[0.0] * len(t) for t in rows]  # a row without tokens: nothing
         for b in bucketed_batches(rows, [0.0] * len(rows), self.micro_batch_tokens):
@@ -70,6 +73,31 @@ class ModelTeacher:
             for k, i in enumerate(b.rows):
                 out[i] = lp_B_T[k, : len(rows[i])].tolist()
         return out
+
+
+class Deferred:
+    """A teacher loaded when first asked (a command that never trains never loads it); its
+    `label` is known before."""
+
+    def __init__(self, make: Callable[[], Teacher], label: str) -> None:
+        self._make, self.label = make, label
+        self._teacher: Teacher | None = None
+
+    @property
+    def loaded(self) -> Teacher:
+        if self._teacher is None:
+            self._teacher = self._make()
+        return self._teacher
+
+    @property
+    def identity(self) -> str:
+        return self.loaded.identity
+
+    def logprobs(self, rows: Sequence[Trajectory], temperature: float) -> list[Scored]:
+        return self.loaded.logprobs(rows, temperature)
+
+    def __repr__(self) -> str:
+        return f"teacher({self.label!r})"
 
 
 def load_teacher(ref: ModelRef, device: str, dtype: str, micro_batch_tokens: int) -> ModelTeacher:
