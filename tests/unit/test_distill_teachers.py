@@ -33,7 +33,7 @@ def trained_run(tmp_path, lora=None, steps=(4, 7)):
     (run / "config.yaml").write_text(model_yaml.replace("'", ""))
     with torch.no_grad():
         for step in steps:
-            for name, p in model.named_parameters():
+            for p in model.parameters():
                 if p.requires_grad:
                     p.add_(0.01 * step * torch.randn_like(p))
             save_checkpoint(run, step, model, None, SAMPLER, {})
@@ -85,14 +85,14 @@ def test_a_teacher_of_another_tokenizer_is_refused_before_anything_loads(tmp_pat
         "configs/learn-arithmetic.yaml",
         [f"out_dir={tmp_path}", "model.spec=tiny-random", "trainer.distill.teacher=tiny-chars"],
     )
-    with pytest.raises(ConfigError, match="does not share model.spec 'tiny-random'.s tokenizer"):
+    with pytest.raises(ConfigError, match=r"does not share model\.spec 'tiny-random'.s tokenizer"):
         check_teacher(cfg)
     same = load_config(
         "configs/learn-arithmetic.yaml",
         [f"out_dir={tmp_path}", "trainer.distill.teacher=tiny-chars"],
     )
     check_teacher(same)  # tiny-chars and tiny-chars: one tokenizer
-    with pytest.raises(ConfigError, match="trainer.distill.teacher: run:nowhere: no checkpoint"):
+    with pytest.raises(ConfigError, match=r"trainer\.distill\.teacher: run:nowhere: no checkpoint"):
         check_teacher(
             load_config(None, [f"out_dir={tmp_path}", "trainer.distill.teacher=run:nowhere"])
         )
