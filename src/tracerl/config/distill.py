@@ -43,8 +43,9 @@ class DistillConfig(_Config):
     (``runs/NAME/checkpoints/step_7``). Its tokenizer must be the student's (checked before
     anything loads). Exactly one of `teacher` and `server`."""
     server: TeacherServer | None = None
-    """The teacher behind a server instead (its tokenizer is checked against the student's
-    when the run starts, through the server's ``/tokenize``)."""
+    """The teacher behind a server instead. Before its first scores it is asked for a probe:
+    the tokens it says it scored must decode as the student's tokenizer decodes the same ids,
+    and its log-probs must follow the temperature."""
     outcome_weight: float = Field(1.0, ge=0)
     """The weight of the outcome advantage (the run's estimator and credit). 0: pure
     distillation (the reward is still computed and logged, and decides nothing)."""

@@ -102,6 +102,39 @@ class BatchedHFSampler:
         self._wakeup: asyncio.Event | None = None
         self._pending: list[Pending] = []
 
+    def prompt_logprobs(
+        self, ids: list[int], top: int = 0, chunk: int = 256
+    ) -> list[dict[int, tuple[float, int]] | None]:
+        """Each position's log-prob of the token there given those before it, at this
+        sampler's temperature (1 when it is greedy), with its rank, and the `top` most
+        likely tokens' (what a teacher scores a student's tokens with: vLLM's
+        ``prompt_logprobs``). Position 0 has none. One forward pass, under the weights'
+        lock; the log-softmax runs `chunk` positions at a time."""
+        import torch
+
+        temperature = self.temperature or 1.0
+        out: list[dict[int, tuple[float, int]] | None] = [None]
+        with self._model_lock, torch.no_grad():
+            x = torch.tensor([ids], device=self.model.device)
+            logits_T_V = self.model(input_ids=x).logits[0, :-1]
+            for start in range(0, logits_T_V.shape[0], chunk):
+                lp_C_V = torch.log_softmax(
+                    logits_T_V[start : start + chunk].float() / temperature, -1
+                )
+                target_C = torch.tensor(ids[start + 1 : start + 1 + lp_C_V.shape[0]])
+                chosen_C = lp_C_V.gather(1, target_C[:, None].to(lp_C_V.device))[:, 0]
+                rank_C = (lp_C_V > chosen_C[:, None]).sum(-1) + 1
+                best = torch.topk(lp_C_V, top, dim=-1) if top else None
+                for c in range(lp_C_V.shape[0]):
+                    entry = {int(target_C[c]): (float(chosen_C[c]), int(rank_C[c]))}
+                    if best is not None:
+                        for r, (v, t) in enumerate(
+                            zip(best.values[c], best.indices[c], strict=True)
+                        ):
+                            entry.setdefault(int(t), (float(v), r + 1))
+                    out.append(entry)
+        return out
+
     async def sample(self, request: SampleRequest) -> SampleResult:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._worker is None or self._worker.done():

@@ -3,9 +3,13 @@ chat completions a model judge asks for), over an in-process Hugging Face model
 (`BatchedHFSampler`: concurrent requests share a batch).
 
     POST /v1/completions   {"prompt": [token ids], "max_tokens", "temperature", "seed",
-                            "stop_token_ids", "logprobs", "return_tokens_as_token_ids"}
+                            "stop_token_ids", "logprobs", "return_tokens_as_token_ids",
+                            "prompt_logprobs"}
                            -> choices[0]: text, logprobs {tokens: ["token_id:<n>"],
-                              token_logprobs}, finish_reason; and policy_version
+                              token_logprobs}, finish_reason; and policy_version; with
+                              prompt_logprobs (k >= 0), vLLM's prompt_logprobs: each
+                              prompt token's log-prob and rank (and the top k's), at the
+                              server's temperature (a teacher's scores: docs/distillation.md)
     POST /v1/chat/completions  {"messages": [{"role", "content"}], "max_tokens",
                            "temperature", "seed"} -> choices[0].message.content, usage: the
                            model's chat template applied, its reply up to its end-of-turn
@@ -160,6 +164,12 @@ class CompletionServer:
             stop_token_ids=frozenset(req.get("stop_token_ids") or ()),
             seed=req.get("seed"),
         )
+        scored = None
+        if req.get("prompt_logprobs") is not None:  # a teacher scoring these ids
+            top = int(req["prompt_logprobs"])
+            if top < 0:
+                raise ValueError("prompt_logprobs must be 0 or more (the top k beside each token)")
+            scored = await asyncio.to_thread(self.sampler.prompt_logprobs, list(prompt), top)
         res = await self.sampler.sample(request)
         self.served += 1
         text = self.tokenizer.decode(res.token_ids) if self.tokenizer is not None else ""
@@ -178,10 +188,27 @@ class CompletionServer:
                         "token_logprobs": res.logprobs,
                     },
                     "finish_reason": res.finish_reason,
+                    **({"prompt_logprobs": self._prompt_entries(scored)} if scored else {}),
                 }
             ],
             "usage": _usage(len(prompt), len(res.token_ids)),
         }
+
+    def _prompt_entries(self, scored: list[Any]) -> list[Any]:
+        """vLLM's shape: None, then per position {"<id>": {logprob, rank, decoded_token}}."""
+
+        def token(t: int) -> str:
+            return self.tokenizer.decode([t]) if self.tokenizer is not None else f"token_id:{t}"
+
+        return [
+            None
+            if entry is None
+            else {
+                str(t): {"logprob": lp, "rank": rank, "decoded_token": token(t)}
+                for t, (lp, rank) in entry.items()
+            }
+            for entry in scored
+        ]
 
     async def load_lora(self, req: dict[str, Any]) -> dict[str, Any]:
         """vLLM's adapter hot-load: here one adapter is served at a time, swapped in place

@@ -205,7 +205,7 @@ class Run:
             credit_gamma=t.credit_gamma,
             step_group_weight=t.step_group_weight,
             dynamic_sampling=DynamicSampling.of(t.dynamic_sampling),
-            distill=build_distiller(self.cfg),
+            distill=build_distiller(self.cfg, self.bundle.tokenizer),
             rollout=self.cfg.rollout,
             timeouts=t.timeouts,
             timeout_reward_cap=t.timeout_reward_cap,

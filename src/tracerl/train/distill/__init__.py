@@ -16,9 +16,10 @@ from tracerl.train.distill.teachers import Deferred, ModelTeacher, Teacher, load
 __all__ = ["Distilled", "Distiller", "ModelTeacher", "Teacher", "build_distiller", "load_teacher"]
 
 
-def build_distiller(cfg: Any) -> Distiller | None:
-    """The run's distiller (`cfg`: a `RunConfig`), its teacher loaded; None without
-    ``trainer.distill``."""
+def build_distiller(cfg: Any, tokenizer: Any = None) -> Distiller | None:
+    """The run's distiller (`cfg`: a `RunConfig`; `tokenizer`: the student's, which a server
+    teacher's tokens are checked against), its teacher loaded when first asked; None
+    without ``trainer.distill``."""
     d = cfg.trainer.distill
     if d is None:
         return None
@@ -36,7 +37,7 @@ def build_distiller(cfg: Any) -> Distiller | None:
     else:
         from tracerl.train.distill.server import ServerTeacher
 
-        teacher = ServerTeacher.of(d.server)
+        teacher = ServerTeacher.of(d.server, tokenizer)
     return Distiller(
         teacher,
         temperature=cfg.model.temperature,
