@@ -48,8 +48,11 @@ class ServerTeacher:
         retries: int = 2,
         sleep: Any = time.sleep,
         tokenizer: Any = None,
+        folded: float | None = None,
     ) -> None:
-        """`tokenizer`: the student's, to check the server reads the ids as it does."""
+        """`tokenizer`: the student's, to check the server reads the ids as it does.
+        `folded`: the server's model has this temperature folded into its logits
+        (`tracerl.train.distill.folded`): it is asked at 1, and only at this temperature."""
         self.url = base_url.rstrip("/") + "/completions"
         self.model = model
         self.retries, self.sleep = retries, sleep
@@ -66,7 +69,7 @@ class ServerTeacher:
         self.identity = f"server:{self.url}|{model}"
         self.label = f"{model} at {base_url}"
         self.requests = 0
-        self.tokenizer, self.checked = tokenizer, False
+        self.tokenizer, self.checked, self.folded = tokenizer, False, folded
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
 
     @classmethod
@@ -88,13 +91,25 @@ class ServerTeacher:
         """The server's log-prob of each of `ids` given those before it (0 at position 0)."""
         return [lp for lp, _ in self._ask(ids, temperature)]
 
+    def _wire(self, temperature: float) -> float:
+        """The temperature to ask the server for: `temperature`, or (folded) 1."""
+        if self.folded is None:
+            return temperature
+        if abs(temperature - self.folded) > 1e-9:
+            raise UserError(
+                f"trainer.distill: the served teacher has temperature {self.folded} folded "
+                f"into its logits, and the run samples at {temperature}",
+                "serve it again folded at the run's temperature",
+            )
+        return 1.0
+
     def _ask(self, ids: Sequence[int], temperature: float) -> list[tuple[float, str | None]]:
         """Per position: the log-prob, and the token as the server decodes it (if it says)."""
         body = {
             "model": self.model,
             "prompt": list(ids),
             "max_tokens": 1,
-            "temperature": temperature,
+            "temperature": self._wire(temperature),
             "prompt_logprobs": 0,
         }
         last = ""
@@ -156,7 +171,7 @@ class ServerTeacher:
                         "serve a teacher of the student's family (cross-tokenizer "
                         "distillation is not supported)",
                     )
-        if abs(temperature - 1.0) < 1e-9:
+        if abs(temperature - 1.0) < 1e-9 or self.folded is not None:
             return
         at_t = [lp for lp, _ in answered]
         try:

