@@ -57,3 +57,4 @@ def test_a_trained_run_teaches_a_fresh_model_without_any_reward(tmp_path):
 
     html = write_report(tmp_path / "student").read_text()
     assert "Distillation" in html and f"run:{tmp_path / 'teacher'}" in html
+    assert "teacher tokens per episode" in html  # the tool-cost curve counts the teacher

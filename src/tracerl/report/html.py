@@ -126,6 +126,17 @@ def _curves(d: RunData) -> list[str]:
                 ]
                 if sections.has_metric(d, "judge_tokens_mean")
                 else []
+            )
+            + (
+                [
+                    Panel(
+                        "teacher tokens per episode",
+                        [_train(d, "train/distill/teacher_tokens_mean", "train: teacher tokens")],
+                        y_min=0.0,
+                    )
+                ]
+                if sections.has_metric(d, "distill/teacher_tokens_mean")
+                else []
             ),
             x_range=x,
             x_labels=names,

@@ -85,8 +85,11 @@ class Distiller:
             if not isinstance(scored, str) and self.cache is not None:
                 mask = rows[i].loss_mask
                 self.cache.put(self.key(rows[i]), {"policy": _gather(scored, mask)})
+        ran = float(sum(len(rows[i]) for i in ask))
+        episodes = len({t.episode_id for t in rows}) or 1
         cost = {
-            "train/distill/teacher_tokens": float(sum(len(rows[i]) for i in ask)),
+            "train/distill/teacher_tokens": ran,
+            "train/distill/teacher_tokens_mean": ran / episodes,  # per trained episode
             "train/distill/cache_hit_rate": hits / len(rows) if rows else 0.0,
             "train/distill/budget_refusals": float(refused),
             "time/teacher_s": time.perf_counter() - t0,
