@@ -80,19 +80,29 @@ def test_a_reference_that_names_nothing_says_what_is_missing(tmp_path):
         parse_model_ref("gpt-17")
 
 
-def test_a_teacher_of_another_tokenizer_is_refused_before_anything_loads(tmp_path):
-    cfg = load_config(
-        "configs/learn-arithmetic.yaml",
-        [f"out_dir={tmp_path}", "model.spec=tiny-random", "trainer.distill.teacher=tiny-chars"],
-    )
+def test_a_teacher_of_another_tokenizer_is_refused_when_the_config_loads(tmp_path):
     with pytest.raises(ConfigError, match=r"does not share model\.spec 'tiny-random'.s tokenizer"):
-        check_teacher(cfg)
+        load_config(
+            "configs/learn-arithmetic.yaml",
+            [f"out_dir={tmp_path}", "model.spec=tiny-random", "trainer.distill.teacher=tiny-chars"],
+        )
+    run, _ = trained_run(tmp_path, steps=(4,))  # a run of tiny-random: its base's tokenizer
+    with pytest.raises(ConfigError, match="cross-tokenizer distillation is not supported"):
+        load_config(
+            "configs/learn-arithmetic.yaml",  # tiny-chars
+            [f"out_dir={tmp_path}", f"trainer.distill.teacher=run:{run}"],
+        )
     same = load_config(
         "configs/learn-arithmetic.yaml",
         [f"out_dir={tmp_path}", "trainer.distill.teacher=tiny-chars"],
     )
     check_teacher(same)  # tiny-chars and tiny-chars: one tokenizer
+    # a run that does not exist yet loads (it may be trained first); tracerl train's
+    # preflight says what is missing before anything loads
+    later = load_config(None, [f"out_dir={tmp_path}", "trainer.distill.teacher=run:nowhere"])
     with pytest.raises(ConfigError, match=r"trainer\.distill\.teacher: run:nowhere: no checkpoint"):
-        check_teacher(
-            load_config(None, [f"out_dir={tmp_path}", "trainer.distill.teacher=run:nowhere"])
-        )
+        check_teacher(later)
+    # and a config built in code with another tokenizer's teacher is refused there too
+    odd = same.model_copy(update={"model": same.model.model_copy(update={"spec": "tiny-random"})})
+    with pytest.raises(ConfigError, match="does not share"):
+        check_teacher(odd)

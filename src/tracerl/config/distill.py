@@ -70,3 +70,13 @@ class DistillConfig(_Config):
                 "folder, run:runs/NAME or a checkpoint folder) or `server` (an endpoint)"
             )
         return self
+
+
+def vocabulary_mismatch(teacher: str, base: str, student: str, differs: str) -> str:
+    """The error for a teacher whose tokenizer is not the student's."""
+    return (
+        f"trainer.distill.teacher: {teacher!r} (base {base}) does not share model.spec "
+        f"{student!r}'s tokenizer ({differs}); the teacher scores the student's token ids, "
+        "so both must mean the same tokens; pick a teacher of the student's family "
+        "(cross-tokenizer distillation is not supported)"
+    )

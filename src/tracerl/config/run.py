@@ -9,6 +9,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from tracerl.config.base import _Config
+from tracerl.config.distill import vocabulary_mismatch
 from tracerl.config.env import EnvConfig
 from tracerl.config.model import ModelConfig
 from tracerl.config.trainer import TrainerConfig
@@ -98,6 +99,25 @@ class RunConfig(_Config):
         with the agent that plays it; the config may still name another."""
         if self.agent is None and (entry := declared_agent(self.env.name)) is not None:
             self.agent = AgentConfig(entry=entry)
+        return self
+
+    @model_validator(mode="after")
+    def _teacher_tokenizer(self) -> RunConfig:
+        """A teacher must read the student's token ids as the student does: refused here
+        when both resolve (a run that does not exist yet is `tracerl train`'s preflight's to
+        report)."""
+        d = self.trainer.distill
+        if d is None or d.teacher is None:
+            return self
+        from tracerl.models import ModelNotFoundError
+        from tracerl.models.refs import teacher_vocabulary
+
+        try:
+            ref, differs = teacher_vocabulary(self.model.spec, d.teacher)
+        except ModelNotFoundError:
+            return self
+        if differs:
+            raise ValueError(vocabulary_mismatch(d.teacher, ref.spec, self.model.spec, differs))
         return self
 
     @model_validator(mode="after")

@@ -13,10 +13,16 @@ adapters only); its run's ``config.yaml`` names the base model spec and the LoRA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tracerl.models.loading import ModelNotFoundError, check_spec
+from tracerl.models.loading import (
+    ModelNotFoundError,
+    check_spec,
+    tokenizer_of,
+    vocabulary_difference,
+)
 
 
 @dataclass(frozen=True)
@@ -89,3 +95,15 @@ def _from_run(text: str, run_dir: Path, checkpoint: Path) -> ModelRef:
         raise ModelNotFoundError(f"{text}: {config} names no model.spec")
     check_spec(spec)
     return ModelRef(text, spec, checkpoint, model.get("lora"))
+
+
+def teacher_vocabulary(student_spec: str, teacher: str) -> tuple[ModelRef, str | None]:
+    """`teacher` resolved, and how its tokenizer differs from `student_spec`'s (None: it is
+    the same). Only tokenizers load; `ModelNotFoundError` where a reference names nothing."""
+    ref = parse_model_ref(teacher)
+    return ref, _difference(student_spec, ref.spec)
+
+
+@lru_cache(maxsize=16)
+def _difference(a: str, b: str) -> str | None:
+    return None if a == b else vocabulary_difference(tokenizer_of(a), tokenizer_of(b))

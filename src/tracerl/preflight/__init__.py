@@ -192,22 +192,15 @@ def check_teacher(cfg: RunConfig) -> None:
     d = cfg.trainer.distill
     if d is None or d.teacher is None:
         return
-    from tracerl.models.loading import tokenizer_of, vocabulary_difference
-    from tracerl.models.refs import parse_model_ref
+    from tracerl.config.distill import vocabulary_mismatch
+    from tracerl.models.refs import teacher_vocabulary
 
     try:
-        ref = parse_model_ref(d.teacher)
-        differs = vocabulary_difference(tokenizer_of(cfg.model.spec), tokenizer_of(ref.spec))
+        ref, differs = teacher_vocabulary(cfg.model.spec, d.teacher)
     except UserError as e:
         raise _fail("trainer.distill.teacher", e) from e
     if differs:
-        raise ConfigError(
-            f"trainer.distill.teacher: {d.teacher!r} (base {ref.spec}) does not share "
-            f"model.spec {cfg.model.spec!r}'s tokenizer ({differs}); the teacher scores the "
-            "student's token ids, so both must mean the same tokens",
-            "pick a teacher of the student's family (cross-tokenizer distillation is not "
-            "supported)",
-        )
+        raise ConfigError(vocabulary_mismatch(d.teacher, ref.spec, cfg.model.spec, differs))
 
 
 def prepare(cfg: RunConfig) -> Prepared:
