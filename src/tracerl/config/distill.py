@@ -40,8 +40,8 @@ class DistillConfig(_Config):
     """The teacher, loaded in this process: a model spec (``smollm2-135m-instruct``), an
     ``hf:`` folder, a run (``run:runs/NAME``: its latest checkpoint, LoRA adapters
     included; ``run:runs/NAME@7``: after step 7), or a checkpoint folder
-    (``runs/NAME/checkpoints/step_7``). Its tokenizer must be the student's (checked before
-    anything loads). Exactly one of `teacher` and `server`."""
+    (``runs/NAME/checkpoints/step_7``). Its tokenizer must be the student's (checked when
+    the config loads; only tokenizers load). Exactly one of `teacher` and `server`."""
     server: TeacherServer | None = None
     """The teacher behind a server instead. Before its first scores it is asked for a probe:
     the tokens it says it scored must decode as the student's tokenizer decodes the same ids,
