@@ -92,3 +92,19 @@ def test_a_change_of_owner_starts_the_count_again_and_none_never_stops():
     assert f.observe(2, [_crashed_reward()]) is not None
     never = Futility(None)
     assert all(never.observe(s, [_outage()]) is None for s in range(10))
+
+
+def test_a_teacher_that_grades_nothing_stops_the_run_as_the_evaluators():
+    f = Futility(2, "runs/x")
+    dead = {"train/distill/coverage": 0.0, "train/distill/teacher_failures": 4.0}
+    some = {"train/distill/coverage": 0.25, "train/distill/teacher_failures": 3.0}
+    assert f.observe(0, [_policy(1.0)] * 2, dead) is None
+    assert f.observe(1, [_policy(1.0)] * 2, some) is None  # a quarter trained: go on
+    assert f.observe(2, [_policy(1.0)] * 2, dead) is None
+    stop = f.observe(3, [_policy(1.0)] * 2, dead)
+    assert stop is not None and stop.owner is Attribution.EVALUATOR
+    assert "teacher scored no sample" in stop.message and "teacher" in stop.hint
+    refused = {"train/distill/coverage": 0.0, "train/distill/budget_refusals": 4.0}
+    g = Futility(1)
+    assert g.observe(0, [_policy()], refused) is not None  # a budget that admits nothing
+    assert Futility(1).observe(0, [_policy()], {"train/distill/coverage": 1.0}) is None

@@ -17,7 +17,7 @@ attribution curves, not stopped.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tracerl.errors import UserError
 from tracerl.rollout.runner import Episode
@@ -32,10 +32,26 @@ _WHAT_TO_DO = {
         "episode; `tracerl triage {run}` lists the faults), then continue with --resume"
     ),
     Attribution.EVALUATOR: (
-        "the reward decided no episode: fix the reward (`tracerl triage {run}` shows "
-        "why), then continue with --resume"
+        "the reward or the teacher decided nothing: fix it (`tracerl triage {run}` shows "
+        "why a reward failed; a teacher's errors are in the run's log), then continue with "
+        "--resume"
     ),
 }
+
+
+TEACHER_FAULT = (
+    "the distillation teacher scored no sample (it failed, or the step's teacher budget "
+    "refused them: train/distill/teacher_failures, train/distill/budget_refusals)"
+)
+
+
+def teacher_scored_nothing(metrics: Mapping[str, float]) -> bool:
+    """A step with a teacher (``trainer.distill``) that graded none of the policy tokens it
+    was given: every sample was left out, so nothing trained."""
+    left_out = metrics.get("train/distill/teacher_failures", 0.0) + metrics.get(
+        "train/distill/budget_refusals", 0.0
+    )
+    return left_out > 0 and metrics.get("train/distill/coverage", 1.0) == 0.0
 
 
 class UnlearnableRun(UserError):
@@ -67,7 +83,11 @@ class Futility:
         self.owner: Attribution | None = None
         self.faults: Counter[str] = Counter()
 
-    def observe(self, step: int, episodes: Sequence[Episode]) -> UnlearnableRun | None:
+    def observe(
+        self, step: int, episodes: Sequence[Episode], metrics: Mapping[str, float] | None = None
+    ) -> UnlearnableRun | None:
+        """`metrics`: the step's, where a distillation teacher that scored no sample makes
+        the step the evaluator's too (`teacher_scored_nothing`)."""
         if not self.limit:
             return None
         owners = {owner(e) for e in episodes}
@@ -77,14 +97,18 @@ class Futility:
             and len(owners) == 1
             and next(iter(owners)) in WATCHED
         )
-        if not dead:
+        teacher = teacher_scored_nothing(metrics or {})
+        if not dead and not teacher:
             self.streak, self.owner, self.faults = 0, None, Counter()
             return None
-        who = next(iter(owners))
+        who = next(iter(owners)) if dead else Attribution.EVALUATOR
         if who is not self.owner:
             self.streak, self.owner, self.faults = 0, who, Counter()
         self.streak += 1
-        self.faults.update(fault_of(e) for e in episodes)
+        if dead:
+            self.faults.update(fault_of(e) for e in episodes)
+        else:  # every episode could train, and the teacher graded none of their samples
+            self.faults[TEACHER_FAULT] += len(episodes)
         if self.streak < self.limit:
             return None
         fault, count = self.faults.most_common(1)[0]

@@ -182,7 +182,14 @@ def _train(
                 f"`tracerl triage {run_dir}` says why"
             )
         bars.step_done()
-        futile = futility.observe(step, episodes)
+        if m.get("train/distill/coverage", 1.0) < 0.5:  # the teacher left samples out
+            log(
+                f"warning: step {step}: the teacher graded {m['train/distill/coverage']:.0%} "
+                "of the policy tokens (the rest were left out: "
+                f"{m.get('train/distill/teacher_failures', 0):.0f} samples failed, "
+                f"{m.get('train/distill/budget_refusals', 0):.0f} past its budget)"
+            )
+        futile = futility.observe(step, episodes, m)
         last = (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1
         if last or stop.requested or futile is not None:
             save_checkpoint(run_dir, step, bundle.model, learner, sampler, {"seed": t.seed})
