@@ -106,3 +106,16 @@ def test_a_teacher_of_another_tokenizer_is_refused_when_the_config_loads(tmp_pat
     odd = same.model_copy(update={"model": same.model.model_copy(update={"spec": "tiny-random"})})
     with pytest.raises(ConfigError, match="does not share"):
         check_teacher(odd)
+
+
+def test_a_teacher_whose_weights_do_not_load_is_a_clear_error_when_first_asked(tmp_path):
+    from tracerl.errors import UserError
+    from tracerl.train.distill import Deferred
+
+    run, _ = trained_run(tmp_path, steps=(4,))
+    (run / "checkpoints" / "step_4" / "model.pt").write_bytes(b"not a checkpoint")
+    ref = parse_model_ref(f"run:{run}")
+    teacher = Deferred(lambda: load_teacher(ref, "cpu", "float32", 4096), f"run:{run}")
+    assert repr(teacher) == f"teacher('run:{run}')"  # nothing loaded yet
+    with pytest.raises(UserError, match=r"trainer\.distill\.teacher: run:.* did not load"):
+        teacher.logprobs([], 1.0)

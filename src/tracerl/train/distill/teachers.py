@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tracerl.errors import UserError
 from tracerl.models.refs import ModelRef
 from tracerl.train.batch import bucketed_batches
 from tracerl.train.logprobs import token_logprobs
@@ -86,7 +87,16 @@ class Deferred:
     @property
     def loaded(self) -> Teacher:
         if self._teacher is None:
-            self._teacher = self._make()
+            try:
+                self._teacher = self._make()
+            except UserError:
+                raise
+            except Exception as e:  # a damaged checkpoint, weights of another shape
+                raise UserError(
+                    f"trainer.distill.teacher: {self.label} did not load: {type(e).__name__}: {e}",
+                    "check the checkpoint (a run's checkpoints/step_N/model.pt and its "
+                    "config.yaml's model.spec), or name another teacher",
+                ) from e
         return self._teacher
 
     @property
