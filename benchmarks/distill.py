@@ -1,7 +1,7 @@
 """On-policy distillation against GRPO alone, on the demo's search task, on 2 CPU cores.
 
 Run: .venv/bin/python benchmarks/distill.py [--arms distill,mixed,grpo] [--seeds 0,1,2]
-     [--out /tmp/distill] [--set trainer.steps=10 ...] [--report]
+     [--out /tmp/distill] [--start warm|untrained] [--set trainer.steps=10 ...] [--report]
 
 SmolLM2-135M-Instruct on `search` (configs/distill-search.yaml, configs/demo.yaml's task).
 One after another (each run has both cores):
@@ -9,7 +9,9 @@ One after another (each run has both cores):
 1. ``teacher``: configs/demo.yaml as `make demo` trains it (warm start, then GRPO): the
    teacher, its held-out success the bar;
 2. ``warm``: the same warm start alone (``trainer.steps=0``), exported: every arm's start;
-3. per arm and seed (``<arm>-s<seed>``), from the warm start, evaluated every 2 steps:
+3. per arm and seed (``<arm>-s<seed>``), from the warm start (``--start untrained``: from
+   the published model, which never answers in the task's format, ``<arm>-untrained-s<seed>``),
+   evaluated every 2 steps:
    * ``distill``: ``trainer.distill`` with ``outcome_weight: 0`` (the teacher's grade only),
    * ``mixed``: ``outcome_weight: 1`` (the teacher's grade plus the outcome advantage),
    * ``grpo``: no teacher (the demo's GRPO).
@@ -85,12 +87,13 @@ def warm(out: Path, extra: list[str]) -> Path:
     return folder / "model"
 
 
-def arm_run(out: Path, arm: str, seed: int, model: Path, teacher_run: Path, extra: list[str]):
-    folder = out / f"{arm}-s{seed}"
+def arm_run(out: Path, arm: str, seed: int, spec: str, teacher_run: Path, extra: list[str]):
+    tag = "" if spec.startswith("hf:") else "-untrained"
+    folder = out / f"{arm}{tag}-s{seed}"
     done = folder / "result.json"
     if not done.exists():
         args = [
-            "train", CONFIG, f"out_dir={folder}", "name=run", f"model.spec=hf:{model}",
+            "train", CONFIG, f"out_dir={folder}", "name=run", f"model.spec={spec}",
             "warm_start=null", f"trainer.seed={seed}", "trainer.eval_every=2",
             f"trainer.distill.teacher=run:{teacher_run}", *ARMS[arm], *extra,
         ]  # fmt: skip
@@ -119,18 +122,21 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", type=Path, default=Path("/tmp/distill"))
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every run")
+    ap.add_argument("--start", choices=("warm", "untrained"), default="warm")
     ap.add_argument("--report", action="store_true", help="only print the runs done")
     a = ap.parse_args()
     arms, seeds = a.arms.split(","), [int(s) for s in a.seeds.split(",")]
     t0 = time.perf_counter()
     teacher_run, teacher_success, teacher_wall = teacher(a.out, a.set)
-    model = warm(a.out, a.set)
+    # the warm start's export, or the model as published (it never answers in the format)
+    spec = f"hf:{warm(a.out, a.set)}" if a.start == "warm" else "smollm2-135m-instruct"
+    tag = "" if a.start == "warm" else "-untrained"
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for seed in seeds:
         for arm in arms:
-            if a.report and not (a.out / f"{arm}-s{seed}" / "result.json").exists():
+            if a.report and not (a.out / f"{arm}{tag}-s{seed}" / "result.json").exists():
                 continue
-            results[arm].append(arm_run(a.out, arm, seed, model, teacher_run, a.set))
+            results[arm].append(arm_run(a.out, arm, seed, spec, teacher_run, a.set))
     bar = 0.9 * teacher_success
     print(f"teacher (configs/demo.yaml): held-out success {teacher_success:.3f} "
           f"({teacher_wall / 60:.1f} min); the bar: {bar:.3f}")  # fmt: skip
