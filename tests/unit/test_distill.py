@@ -232,3 +232,14 @@ def test_the_update_trains_every_scored_sample_and_finds_signal_in_tied_groups(t
         assert {round(v, 6) for v, msk in zip(adv, t.loss_mask, strict=True) if msk} == {-0.25}
     assert m["train/distill/teacher_failures"] == 2.0  # e1's parent and its sub-agent
     assert m["train/distill/reverse_kl"] == pytest.approx(0.25)
+
+
+def test_a_step_whose_teacher_graded_under_half_says_so():
+    from tracerl.train.distill import coverage_warning
+
+    assert coverage_warning(3, {"train/reward_mean": 1.0}) is None  # no teacher
+    assert coverage_warning(3, {"train/distill/coverage": 0.75}) is None
+    line = coverage_warning(
+        3, {"train/distill/coverage": 0.25, "train/distill/teacher_failures": 6.0}
+    )
+    assert line is not None and "step 3" in line and "25%" in line and "6 samples failed" in line

@@ -39,6 +39,7 @@ from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.distill import coverage_warning
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.futility import Futility
 from tracerl.train.grpo import GRPOConfig, grpo_step
@@ -182,13 +183,8 @@ def _train(
                 f"`tracerl triage {run_dir}` says why"
             )
         bars.step_done()
-        if m.get("train/distill/coverage", 1.0) < 0.5:  # the teacher left samples out
-            log(
-                f"warning: step {step}: the teacher graded {m['train/distill/coverage']:.0%} "
-                "of the policy tokens (the rest were left out: "
-                f"{m.get('train/distill/teacher_failures', 0):.0f} samples failed, "
-                f"{m.get('train/distill/budget_refusals', 0):.0f} past its budget)"
-            )
+        if warning := coverage_warning(step, m):  # a teacher that left samples out
+            log(warning)
         futile = futility.observe(step, episodes, m)
         last = (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1
         if last or stop.requested or futile is not None:

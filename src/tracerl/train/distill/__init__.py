@@ -13,7 +13,29 @@ from typing import Any
 from tracerl.train.distill.distiller import Distilled, Distiller
 from tracerl.train.distill.teachers import Deferred, ModelTeacher, Teacher, load_teacher
 
-__all__ = ["Distilled", "Distiller", "ModelTeacher", "Teacher", "build_distiller", "load_teacher"]
+__all__ = [
+    "Deferred",
+    "Distilled",
+    "Distiller",
+    "ModelTeacher",
+    "Teacher",
+    "build_distiller",
+    "coverage_warning",
+    "load_teacher",
+]
+
+
+def coverage_warning(step: int, metrics: dict[str, float]) -> str | None:
+    """A line for the run's log when the step's teacher graded under half the policy tokens
+    it was given (the rest were left out); None otherwise, or without a teacher."""
+    covered = metrics.get("train/distill/coverage", 1.0)
+    if covered >= 0.5:
+        return None
+    return (
+        f"warning: step {step}: the teacher graded {covered:.0%} of the policy tokens (the "
+        f"rest were left out: {metrics.get('train/distill/teacher_failures', 0):.0f} samples "
+        f"failed, {metrics.get('train/distill/budget_refusals', 0):.0f} past its budget)"
+    )
 
 
 def build_distiller(cfg: Any, tokenizer: Any = None) -> Distiller | None:
