@@ -11,15 +11,14 @@ import os
 import pytest
 import torch
 
+from tests.sampled import sampled_trajectories
 from tracerl.engines.vllm import EngineError, ServerSettings, VLLMServer, find_vllm_python
 from tracerl.errors import UserError
 from tracerl.models import load
 from tracerl.models.loading import load_tiny_random_hd64
-from tracerl.rollout import HFSampler
 from tracerl.train.distill import Distiller, ModelTeacher
 from tracerl.train.distill.folded import folded_teacher_folder
 from tracerl.train.distill.server import ServerTeacher
-from tracerl.types import ToolCall
 
 pytestmark = pytest.mark.slow
 T = 0.7
@@ -35,30 +34,9 @@ def python():
         pytest.skip(f"vLLM is not installed: {e}")
 
 
-def episodes(bundle, n=3):
-    """Multi-turn trajectories sampled at T: policy turns, tool output, template tokens."""
-    sampler = HFSampler(bundle.model, temperature=T, seed=5)
-    out = []
-    for k in range(n):
-        conv = bundle.renderer.start([{"role": "user", "content": f"Find fact {k}."}])
-        for step in range(3):
-            res = sampler.generate(conv.token_ids, max_tokens=8, stop_token_ids=set())
-            conv.add_policy(
-                res.token_ids,
-                res.logprobs,
-                finish_reason=res.finish_reason,
-                tool_calls=[ToolCall(f"c{step}", "find", {})],
-            )
-            conv.add_observation(
-                [{"role": "tool", "tool_call_id": f"c{step}", "content": f"fact {k}.{step}"}]
-            )
-        out.append(conv.trajectory())
-    return out
-
-
 def test_a_vllm_teacher_gives_the_in_process_teachers_logprobs(python, tmp_path):
     bundle = load("tiny-random-hd64")
-    rows = episodes(bundle)
+    rows = sampled_trajectories(bundle, T, seed=5)
     teacher_model = load_tiny_random_hd64(seed=1).model  # a teacher unlike the student,
     with torch.no_grad():  # and sure of itself: a random tiny model's logits are near flat
         teacher_model.get_output_embeddings().weight.mul_(3.0)

@@ -15,12 +15,12 @@ import math
 import pytest
 import torch
 
+from tests.sampled import sampled_trajectories
 from tracerl.algos.distill import mix, teacher_advantages, turn_spans
 from tracerl.models import load
 from tracerl.models.loading import load_tiny_random
-from tracerl.rollout import HFSampler
 from tracerl.train.distill import Distiller, ModelTeacher
-from tracerl.types import Source, ToolCall
+from tracerl.types import Source
 
 T = 0.7
 
@@ -32,25 +32,9 @@ def student():
 
 @pytest.fixture(scope="module")
 def rows(student):
-    """Three sampled trajectories of three turns each: policy turns, tool output (an echo of
-    the call in one), template scaffolding between them."""
-    sampler = HFSampler(student.model, temperature=T, seed=11)
-    out = []
-    for k in range(3):
-        conv = student.renderer.start([{"role": "user", "content": f"Task {k}: look it up."}])
-        for step in range(3):
-            res = sampler.generate(conv.token_ids, max_tokens=6 + 2 * k, stop_token_ids=set())
-            conv.add_policy(
-                res.token_ids,
-                res.logprobs,
-                finish_reason=res.finish_reason,
-                tool_calls=[ToolCall(f"c{step}", "lookup", {})],
-            )
-            conv.add_observation(
-                [{"role": "tool", "tool_call_id": f"c{step}", "content": f"result {step}"}]
-            )
-        out.append(conv.trajectory())
-    return out
+    """Three sampled trajectories of three turns each: policy turns, tool output, template
+    scaffolding between them."""
+    return sampled_trajectories(student, T, seed=11, tokens=lambda k: 6 + 2 * k)
 
 
 def full_forward_logprobs(model, t):

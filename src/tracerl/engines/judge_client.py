@@ -22,6 +22,21 @@ from tracerl.errors import UserError
 from tracerl.rewards.judge import JudgeReply, JudgeUnavailable
 
 
+def bearer_headers(api_key_env: str | None, who: str) -> dict[str, str]:
+    """The ``Authorization`` header from the environment variable `api_key_env` names (none
+    without one); a `UserError` naming `who` (the config key) when it is not set. The key
+    itself never comes from a config, so it never lands in a run directory or a cache."""
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise UserError(
+            f"{who}: the environment variable {api_key_env} (api_key_env) is not set",
+            f"export {api_key_env}=... with the endpoint's key, or drop api_key_env",
+        )
+    return {"Authorization": f"Bearer {key}"}
+
+
 class OpenAIJudgeClient:
     def __init__(
         self,
@@ -37,15 +52,7 @@ class OpenAIJudgeClient:
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
-        headers = {}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
-                raise UserError(
-                    f"judge: the environment variable {api_key_env} (api_key_env) is not set",
-                    f"export {api_key_env}=... with the endpoint's key, or drop api_key_env",
-                )
-            headers["Authorization"] = f"Bearer {key}"
+        headers = bearer_headers(api_key_env, "judge")
         self.timeout_s = timeout_s
         self.identity = {
             "url": self.url,

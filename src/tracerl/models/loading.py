@@ -366,42 +366,6 @@ def check_spec(spec: str) -> None:
         )
 
 
-SPEC_TOKENIZERS: dict[str, Callable[[], Any]] = {
-    "smollm2-135m-instruct": smollm2_tokenizer,
-    "tiny-random": smollm2_tokenizer,
-    "tiny-random-hd64": smollm2_tokenizer,
-    "tiny-chars": char_tokenizer,
-    "tiny-chars-hd64": char_tokenizer,
-}
-"""Each spec's tokenizer, loaded without its weights."""
-
-
-def tokenizer_of(spec: str) -> Any:
-    """`spec`'s tokenizer alone (no weights loaded): to check two models share one."""
-    check_spec(spec)
-    if spec.startswith("hf:"):
-        _import_libraries()
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(_check_folder(spec[3:]), local_files_only=True)
-    return SPEC_TOKENIZERS[spec]()
-
-
-def vocabulary_difference(a: Any, b: Any) -> str | None:
-    """How tokenizers `a` and `b` differ in what a token id means (None: they agree): the
-    vocabulary's size, a token whose id differs, or the special tokens' ids."""
-    va, vb = a.get_vocab(), b.get_vocab()
-    if len(va) != len(vb):
-        return f"{len(va)} tokens against {len(vb)}"
-    for token, i in va.items():
-        if vb.get(token) != i:
-            return f"token {token!r} is id {i} in one and {vb.get(token)} in the other"
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if getattr(a, name, None) != getattr(b, name, None):
-            return f"{name} {getattr(a, name, None)} against {getattr(b, name, None)}"
-    return None
-
-
 def load(spec: str) -> PolicyBundle:
     """Load a policy by spec: 'smollm2-135m-instruct', 'tiny-random' or 'hf:<folder>'."""
     check_spec(spec)
