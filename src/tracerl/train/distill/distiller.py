@@ -65,14 +65,15 @@ class Distiller:
         (refused: the step's teacher budget was spent); and what it cost."""
         out: list[Scored | None] = [None] * len(rows)
         ask: list[int] = []
+        keys = [self.key(t) for t in rows] if self.cache is not None else []
         spent, hits, refused = 0, 0, 0
         for i, t in enumerate(rows):
-            cached = self.cache.get(self.key(t)) if self.cache is not None else None
-            if cached is not None and len(cached.get("policy", ())) == sum(t.loss_mask):
+            n = sum(t.loss_mask)
+            cached = self.cache.get(keys[i]) if self.cache is not None else None
+            if cached is not None and len(cached.get("policy", ())) == n:
                 out[i] = _spread(cached["policy"], t.loss_mask)
                 hits += 1
                 continue
-            n = sum(t.loss_mask)
             if self.tokens_per_step is not None and spent + n > self.tokens_per_step:
                 refused += 1  # past the step's cap: not asked (the evaluator's)
                 continue
@@ -84,7 +85,7 @@ class Distiller:
             out[i] = scored
             if not isinstance(scored, str) and self.cache is not None:
                 mask = rows[i].loss_mask
-                self.cache.put(self.key(rows[i]), {"policy": _gather(scored, mask)})
+                self.cache.put(keys[i], {"policy": _gather(scored, mask)})
         ran = float(sum(len(rows[i]) for i in ask))
         episodes = len({t.episode_id for t in rows}) or 1
         cost = {
