@@ -1,7 +1,8 @@
 """On-policy distillation against GRPO alone, on the demo's search task, on 2 CPU cores.
 
 Run: .venv/bin/python benchmarks/distill.py [--arms distill,mixed,grpo] [--seeds 0,1,2]
-     [--out /tmp/distill] [--start warm|untrained] [--set trainer.steps=10 ...] [--report]
+     [--out /tmp/distill] [--start warm|untrained] [--task search|wiki]
+     [--set trainer.steps=10 ...] [--report]
 
 SmolLM2-135M-Instruct on `search` (configs/distill-search.yaml, configs/demo.yaml's task).
 One after another (each run has both cores):
@@ -21,6 +22,13 @@ standard error over seeds), the student-sampled tokens spent to get there (the s
 steps of the policy tokens its episodes sampled), the wall time, and the bar: the tokens
 each arm needed to first reach 0.9 x the teacher's held-out success, against GRPO's. A
 finished run is not run again (delete its folder to redo it).
+
+``--task wiki``: the same recipe on configs/wiki-search.yaml (real Wikipedia summaries,
+16 steps, evaluated every 4). The teacher is that config trained as it ships (seed 0),
+taken at its best kept checkpoint by held-out success (``run:<teacher>@N``). Each arm runs
+the config's own warm start (the teacher's, for the same seed) and then 16 steps; the
+``grpo`` arm of seed 0 *is* the teacher's run (the same start, seed and steps), so it is
+not run twice. Folders: ``<out>/wiki-teacher``, ``<out>/wiki-<arm>-s<seed>``.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from long_horizon import cli, export  # the same run and export helpers
 
 CONFIG = "configs/distill-search.yaml"
+WIKI = "configs/wiki-search.yaml"
 ARMS = {
     "distill": ["trainer.distill.outcome_weight=0"],
     "mixed": ["trainer.distill.outcome_weight=1"],
@@ -87,6 +96,50 @@ def warm(out: Path, extra: list[str]) -> Path:
     return folder / "model"
 
 
+def wiki_teacher(out: Path, extra: list[str]) -> tuple[str, float, float]:
+    """configs/wiki-search.yaml trained as it ships, evaluated every 4 steps: the reference
+    to its best kept checkpoint (``run:<dir>@N``), that checkpoint's held-out success, and
+    the wall time."""
+    folder = out / "wiki-teacher"
+    done = folder / "result.json"
+    if not done.exists():
+        args = ["train", WIKI, f"out_dir={folder}", "name=run", "trainer.eval_every=4", *extra]
+        wall = cli(folder, "train", args)
+        run = folder / "run"
+        kept = {int(p.name[5:]) for p in (run / "checkpoints").glob("step_*")}
+        # an evaluation after step s (s updates) scores checkpoint step_{s-1}
+        scored = [
+            (r["eval/heldout/success_rate"], int(r["step"]) - 1)
+            for r in metrics(run)
+            if r.get("phase") == "eval" and int(r.get("step", 0)) - 1 in kept
+        ]
+        success, step = max(scored)
+        ref = f"run:{run}@{step}"
+        done.write_text(json.dumps({"ref": ref, "success": success, "wall_s": wall,
+                                    "curve": curve(run)}))  # fmt: skip
+    got = json.loads(done.read_text())
+    return got["ref"], got["success"], got["wall_s"]
+
+
+def wiki_arm(out: Path, arm: str, seed: int, teacher_ref: str, extra: list[str]):
+    folder = out / f"wiki-{arm}-s{seed}"
+    if arm == "grpo" and seed == 0:  # the teacher's own run: the same start, seed and steps
+        got = json.loads((out / "wiki-teacher" / "result.json").read_text())
+        return {"curve": got["curve"], "wall_s": got["wall_s"]}
+    done = folder / "result.json"
+    if not done.exists():
+        args = [
+            "train", WIKI, f"out_dir={folder}", "name=run", f"trainer.seed={seed}",
+            "trainer.eval_every=4", f"trainer.distill.teacher={teacher_ref}",
+            *ARMS[arm], *extra,
+        ]  # fmt: skip
+        if arm == "grpo":
+            args = [a for a in args if not a.startswith("trainer.distill")]
+        wall = cli(folder, "train", args)
+        done.write_text(json.dumps({"curve": curve(folder / "run"), "wall_s": wall}))
+    return json.loads(done.read_text())
+
+
 def arm_run(out: Path, arm: str, seed: int, spec: str, teacher_run: Path, extra: list[str]):
     tag = "" if spec.startswith("hf:") else "-untrained"
     folder = out / f"{arm}{tag}-s{seed}"
@@ -124,21 +177,32 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every run")
     ap.add_argument("--start", choices=("warm", "untrained"), default="warm")
     ap.add_argument("--report", action="store_true", help="only print the runs done")
+    ap.add_argument("--task", choices=("search", "wiki"), default="search")
     a = ap.parse_args()
     arms, seeds = a.arms.split(","), [int(s) for s in a.seeds.split(",")]
     t0 = time.perf_counter()
-    teacher_run, teacher_success, teacher_wall = teacher(a.out, a.set)
-    # the warm start's export, or the model as published (it never answers in the format)
-    spec = f"hf:{warm(a.out, a.set)}" if a.start == "warm" else "smollm2-135m-instruct"
-    tag = "" if a.start == "warm" else "-untrained"
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-    for seed in seeds:
-        for arm in arms:
-            if a.report and not (a.out / f"{arm}{tag}-s{seed}" / "result.json").exists():
-                continue
-            results[arm].append(arm_run(a.out, arm, seed, spec, teacher_run, a.set))
+    if a.task == "wiki":
+        ref, teacher_success, teacher_wall = wiki_teacher(a.out, a.set)
+        for seed in seeds:
+            for arm in arms:
+                if a.report and not (a.out / f"wiki-{arm}-s{seed}" / "result.json").exists():
+                    continue
+                results[arm].append(wiki_arm(a.out, arm, seed, ref, a.set))
+        name = f"configs/wiki-search.yaml, checkpoint step_{ref.rpartition('@')[2]}"
+    else:
+        teacher_run, teacher_success, teacher_wall = teacher(a.out, a.set)
+        # the warm start's export, or the model as published (it never answers in the format)
+        spec = f"hf:{warm(a.out, a.set)}" if a.start == "warm" else "smollm2-135m-instruct"
+        tag = "" if a.start == "warm" else "-untrained"
+        for seed in seeds:
+            for arm in arms:
+                if a.report and not (a.out / f"{arm}{tag}-s{seed}" / "result.json").exists():
+                    continue
+                results[arm].append(arm_run(a.out, arm, seed, spec, teacher_run, a.set))
+        name = "configs/demo.yaml"
     bar = 0.9 * teacher_success
-    print(f"teacher (configs/demo.yaml): held-out success {teacher_success:.3f} "
+    print(f"teacher ({name}): held-out success {teacher_success:.3f} "
           f"({teacher_wall / 60:.1f} min); the bar: {bar:.3f}")  # fmt: skip
     grpo_needs = [needed(r["curve"], bar) for r in results.get("grpo", [])]
     for arm in arms:
