@@ -1,7 +1,8 @@
 """Training an agent someone already wrote: ``agent: mypkg.agent:solve`` in a config.
 
 The agent is an async function ``solve(task, client) -> answer`` where `client` is a
-standard ``openai.AsyncOpenAI`` (a plain function gets an ``openai.OpenAI``); an agent that
+standard ``openai.AsyncOpenAI`` (a plain function gets an ``openai.OpenAI``; a ``client``
+annotated ``anthropic.AsyncAnthropic`` or ``Anthropic`` gets that client instead); an agent that
 makes its own client (LangChain's ``ChatOpenAI``, a framework's settings) takes
 ``solve(task, base_url, api_key)`` instead. tracerl
 calls it once per episode, each call with its own gateway session (the client's API key
@@ -48,6 +49,8 @@ from tracerl.errors import UserError
 from tracerl.gateway.harness import (
     AgentOutcome,
     AgentThread,
+    client_sdk,
+    import_anthropic,
     import_openai,
     load_agent,
     wants_url,
@@ -85,8 +88,8 @@ class AgentBackend:
         self.entry = entry
         self.engine = engine  # what samples (`tracerl.engines`): it gets every update
         self.fn = load_agent(entry)
-        if not wants_url(self.fn):  # it gets an openai SDK client (one that makes its own: not)
-            import_openai()
+        if not wants_url(self.fn):  # it gets an SDK client (one that makes its own: not)
+            import_anthropic() if client_sdk(self.fn) == "anthropic" else import_openai()
         self.gateway = gateway
         self.timeout_s = timeout_s
         self.policy_exceptions = policy_exceptions

@@ -82,6 +82,20 @@ def tool_call(raw: Any, where: str) -> dict[str, Any]:
     return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
+def parse_arguments(value: Any, where: str) -> dict[str, Any]:
+    """A tool call's arguments (a JSON object, or a string holding one) as a dict."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as e:
+            raise GatewayError(
+                400, f"{where}: the arguments are not valid JSON ({e.msg})"
+            ) from None
+    if not isinstance(value, dict):
+        raise GatewayError(400, f"{where}: the arguments must be a JSON object")
+    return value
+
+
 def normalize_messages(raw: Any) -> list[dict[str, Any]]:
     """Request messages in tracerl's form, or a 400 naming the message at fault."""
     if not isinstance(raw, list) or not raw:

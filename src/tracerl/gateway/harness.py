@@ -1,7 +1,8 @@
 """The agent's side of a gateway episode: the user's agent function found and checked, its
-call on a thread and event loop of its own with an openai SDK client pointed at the gateway
-(`AgentThread`), and the environment such an episode has (`HarnessEnv`: the harness and
-its tools, which tracerl does not run)."""
+call on a thread and event loop of its own with an SDK client pointed at the gateway
+(`AgentThread`: the openai SDK's, or the anthropic SDK's when the agent's ``client``
+parameter is annotated with an Anthropic client class), and the environment such an episode
+has (`HarnessEnv`: the harness and its tools, which tracerl does not run)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tracerl.errors import UserError
 from tracerl.imports import load_object
 
 OPENAI_PIP = "pip install 'tracerl[agents]'"
+ANTHROPIC_PIP = "pip install anthropic"
 
 
 class AgentStopped(BaseException):
@@ -48,6 +50,29 @@ def import_openai() -> Any:
             f"{OPENAI_PIP} (or pip install openai)",
         ) from None
     return openai
+
+
+def import_anthropic() -> Any:
+    try:
+        import anthropic
+    except ImportError:
+        raise UserError(
+            "agent: the agent's client is annotated as the anthropic SDK's, which is not installed",
+            ANTHROPIC_PIP,
+        ) from None
+    return anthropic
+
+
+def client_sdk(fn: Callable[..., Any]) -> str:
+    """Which SDK's client the agent takes: ``anthropic`` when its ``client`` parameter is
+    annotated with an Anthropic client class (``client: AsyncAnthropic``), else ``openai``."""
+    try:
+        param = inspect.signature(fn).parameters.get("client")
+    except (TypeError, ValueError):
+        return "openai"
+    note = getattr(param, "annotation", None) if param is not None else None
+    name = note if isinstance(note, str) else getattr(note, "__name__", "")
+    return "anthropic" if "Anthropic" in str(name) else "openai"
 
 
 def load_agent(entry: str) -> Callable[..., Any]:
@@ -140,15 +165,20 @@ class AgentThread(threading.Thread):
         return {"client": self._client(kind)}
 
     def _client(self, kind: str) -> Any:
-        openai = import_openai()
+        anthropic = client_sdk(self.fn) == "anthropic"
+        sdk = import_anthropic() if anthropic else import_openai()
+        if anthropic:  # its SDK adds /v1 itself
+            kind, base_url = kind.replace("OpenAI", "Anthropic"), self.base_url
+        else:
+            base_url = f"{self.base_url}/v1"
         http = getattr(
-            openai,
-            "DefaultAsyncHttpxClient" if kind == "AsyncOpenAI" else "DefaultHttpxClient",
+            sdk,
+            "DefaultAsyncHttpxClient" if kind.startswith("Async") else "DefaultHttpxClient",
             None,
         )
         extra = {"http_client": http(verify=_ssl_context())} if http is not None else {}
-        return getattr(openai, kind)(
-            base_url=f"{self.base_url}/v1",
+        return getattr(sdk, kind)(
+            base_url=base_url,
             api_key=self.token,
             max_retries=0,  # a failed turn is the gateway's to report, never re-sent blindly
             timeout=self.timeout_s,

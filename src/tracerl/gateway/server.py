@@ -1,6 +1,10 @@
-"""The gateway's HTTP endpoint: OpenAI's chat-completions route over gateway sessions.
+"""The gateway's HTTP endpoint: OpenAI's and Anthropic's model routes over gateway sessions.
 
     POST /v1/chat/completions    messages, tools, tool_choice, max_tokens, n=1, stream
+    POST /v1/responses           OpenAI Responses: input items, instructions, function tools,
+                                 previous_response_id, stream (`tracerl.gateway.responses`)
+    POST /v1/messages            Anthropic Messages: system, text / tool_use / tool_result
+                                 blocks, tools, tool_choice, stream (`tracerl.gateway.messages`)
     GET  /v1/models              the served model
     GET  /health                 200
     GET  /tracerl/sessions       every open session: requests, samples, history breaks
@@ -11,15 +15,17 @@
                                  (`tracerl gateway --out DIR`; training ends its own)
 
 A request belongs to the session its client names, in this order: an ``X-Tracerl-Session``
-header, the request's ``user`` field, or the API key (``Authorization: Bearer KEY``) — so
-an unmodified OpenAI SDK client given only ``base_url`` and ``api_key`` is one session.
+header, the request's ``user`` field, or the API key (``Authorization: Bearer KEY``, or
+Anthropic's ``x-api-key: KEY``) — so an unmodified OpenAI or Anthropic SDK client given
+only ``base_url`` and ``api_key`` is one session.
 Unknown names are refused (401) during training, where tracerl hands every episode's
 harness its own key; `tracerl gateway` opens a session for each new name instead.
 
 HTTP is the standard library's threaded server (as `tracerl serve`'s); each request is
 answered on its session's event loop, where the run's sampler batches the turns of every
 session that waits at once. ``stream: true`` gets the same answer as server-sent events
-(the turn is sampled whole, then sent as chunks).
+(the turn is sampled whole, then sent as chunks), in the protocol's own events. All three
+protocols share one session core (`tracerl.gateway.protocols`).
 """
 
 from __future__ import annotations
@@ -33,12 +39,12 @@ from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from tracerl.gateway.chat import GatewayError, stream_chunks
+from tracerl.gateway.chat import GatewayError
+from tracerl.gateway.protocols import BY_ROUTE, Protocol
 from tracerl.gateway.session import GatewaySession
 from tracerl.jsonhttp import JSONHandler
 
 MAX_BODY = 32 << 20
-CHAT_ROUTES = ("/v1/chat/completions", "/chat/completions")
 
 
 class Gateway:
@@ -81,6 +87,7 @@ class Gateway:
         auth = headers.get("Authorization") or ""
         if auth.lower().startswith("bearer "):
             names.append(auth[7:].strip())
+        names.append(headers.get("x-api-key"))  # Anthropic's SDK
         names = [n for n in names if isinstance(n, str) and n]
         with self._lock:
             for name in names:
@@ -124,6 +131,11 @@ class Gateway:
     def chat(self, headers: Any, raw: bytes) -> tuple[dict[str, Any], bool]:
         """One chat-completions request, answered (or a `GatewayError`), and whether it
         asked for a stream."""
+        return self.answer(BY_ROUTE["/v1/chat/completions"], headers, raw)
+
+    def answer(self, protocol: Protocol, headers: Any, raw: bytes) -> tuple[dict[str, Any], bool]:
+        """One request of `protocol`, answered in its form (or a `GatewayError`), and
+        whether it asked for a stream."""
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError as e:
@@ -133,7 +145,7 @@ class Gateway:
         session = self.find(headers, body)
         if session.loop is None or session.loop.is_closed():
             raise GatewayError(409, f"session {session.episode_id} is not running", "closed")
-        future = asyncio.run_coroutine_threadsafe(session.complete(body), session.loop)
+        future = asyncio.run_coroutine_threadsafe(protocol.answer(session, body), session.loop)
         try:
             answer = future.result(timeout=self.request_timeout_s)
         except concurrent.futures.TimeoutError:
@@ -218,19 +230,19 @@ def _handler(gateway: Gateway) -> type:
                     return self._send(*gateway.end(path.split("/")[-2], raw))
                 except Exception as e:
                     return self._send(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
-            if path not in CHAT_ROUTES:
+            protocol = BY_ROUTE.get(path)
+            if protocol is None:
                 return self._send(404, {"error": {"message": f"no route POST {path}"}})
             try:
-                answer, stream = gateway.chat(self.headers, raw)
+                answer, stream = gateway.answer(protocol, self.headers, raw)
             except GatewayError as e:
-                return self._send(e.status, e.body())
+                return self._send(e.status, protocol.error_body(e))
             except Exception as e:  # answered, never a dropped connection
                 err = GatewayError(500, f"{type(e).__name__}: {e}", "internal")
-                return self._send(500, err.body())
+                return self._send(500, protocol.error_body(err))
             if not stream:
                 return self._send(200, answer, ascii_only=True)
-            events = "".join(f"data: {json.dumps(c)}\n\n" for c in stream_chunks(answer))
-            data = (events + "data: [DONE]\n\n").encode()
+            data = protocol.stream(answer)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Content-Length", str(len(data)))

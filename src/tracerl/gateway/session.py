@@ -114,15 +114,28 @@ class GatewaySession:
         self.error: str | None = None
         self.env_fault = self.unknown_fault = self.eval_fault = False
         self._sampled: dict[str, str] = {}  # an answer (normalized) -> the text sampled
+        self.protocols: set[str] = set()  # the wire protocols the harness spoke
+        # OpenAI Responses: each stored response's conversation (`previous_response_id`)
+        self.stored_responses: dict[str, list[dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
 
     # ---- a request -------------------------------------------------------------------------
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Answer one chat-completions request (one at a time per session). A failure of
-        the gateway itself (not the request's) is recorded: the episode is then nobody's
-        signal (``unknown``), never the harness's or the model's."""
+    async def complete(
+        self,
+        body: dict[str, Any],
+        *,
+        protocol: str = "openai-chat",
+        ignored: set[str] | frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
+        """Answer one chat-completions request (one at a time per session); another
+        protocol's request arrives translated (`tracerl.gateway.protocols`), naming itself
+        and the fields it ignored. A failure of the gateway itself (not the request's) is
+        recorded: the episode is then nobody's signal (``unknown``), never the harness's or
+        the model's."""
         async with self._lock:
             try:
+                self.protocols.add(protocol)
+                self.ignored |= ignored
                 return await self._complete(body)
             except GatewayError as e:
                 if self.unanswered is not None and "why" not in self.unanswered:
@@ -369,6 +382,7 @@ class GatewaySession:
             "history_breaks": self.breaks,
             "unanswered": self.unanswered,
             "ignored_params": sorted(self.ignored),
+            "protocols": sorted(self.protocols),
         }
         return gateway_episode(episode, self.first_tools, account)
 

@@ -1,0 +1,200 @@
+"""Agents written with other protocols' SDKs and with agent frameworks, as their docs write
+them: no tracerl import. The gateway tests train and break them (`tracerl.gateway`); the
+adding task and its tool are `tests/agents.py`'s."""
+
+from __future__ import annotations
+
+import json
+
+from anthropic import AsyncAnthropic
+
+from tests.agents import SYSTEM, TOOLS, add
+
+# ---- Anthropic Messages: the anthropic SDK's tool loop ---------------------------------------
+
+ANTHROPIC_TOOLS = [
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
+    for t in TOOLS
+]
+
+
+async def anthropic_loop(task, client: AsyncAnthropic):
+    """Anthropic's documented tool loop: while the model stops for tool use, run the tools
+    and send their results back as tool_result blocks."""
+    messages = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    for _ in range(10):
+        response = await client.messages.create(
+            model="policy", max_tokens=1024, system=SYSTEM, tools=ANTHROPIC_TOOLS,
+            messages=messages,
+        )  # fmt: skip
+        if response.stop_reason != "tool_use":
+            return "".join(b.text for b in response.content if b.type == "text")
+        messages.append({"role": "assistant", "content": response.content})
+        results = [
+            {"type": "tool_result", "tool_use_id": b.id, "content": add(**b.input)}
+            for b in response.content
+            if b.type == "tool_use"
+        ]
+        messages.append({"role": "user", "content": results})
+    return None
+
+
+async def anthropic_streaming(task, client: AsyncAnthropic):
+    """The same loop, streamed (the SDK assembles the message from the events)."""
+    messages = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    for _ in range(10):
+        async with client.messages.stream(
+            model="policy", max_tokens=1024, system=SYSTEM, tools=ANTHROPIC_TOOLS,
+            messages=messages,
+        ) as stream:  # fmt: skip
+            response = await stream.get_final_message()
+        if response.stop_reason != "tool_use":
+            return "".join(b.text for b in response.content if b.type == "text")
+        messages.append({"role": "assistant", "content": response.content})
+        results = [
+            {"type": "tool_result", "tool_use_id": b.id, "content": add(**b.input)}
+            for b in response.content
+            if b.type == "tool_use"
+        ]
+        messages.append({"role": "user", "content": results})
+    return None
+
+
+async def anthropic_edits_result(task, client: AsyncAnthropic):
+    """Sends a tool result, then sends it again rewritten (a summarizing harness)."""
+    messages = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    kw = {"model": "p", "max_tokens": 64, "system": SYSTEM, "tools": ANTHROPIC_TOOLS}
+    response = await client.messages.create(messages=messages, **kw)
+    messages.append({"role": "assistant", "content": response.content})
+    calls = [b for b in response.content if b.type == "tool_use"]
+    result = [{"type": "tool_result", "tool_use_id": calls[0].id, "content": add(**calls[0].input)}]
+    await client.messages.create(messages=[*messages, {"role": "user", "content": result}], **kw)
+    result[0]["content"] = "the sum is " + result[0]["content"]
+    response = await client.messages.create(
+        messages=[*messages, {"role": "user", "content": result}], **kw
+    )
+    return "".join(b.text for b in response.content if b.type == "text")
+
+
+async def anthropic_sends_an_image(task, client: AsyncAnthropic):
+    """A content block the gateway cannot render."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
+    content = [{"type": "text", "text": "What is in it?"}, image]
+    await client.messages.create(
+        model="p", max_tokens=8, messages=[{"role": "user", "content": content}]
+    )
+
+
+# ---- OpenAI Responses: the openai SDK's responses loop --------------------------------------
+
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
+
+
+async def responses_chained(task, client):
+    """The Responses API's documented loop: the server keeps the conversation; each request
+    sends only the tool outputs and the previous response's id."""
+    response = await client.responses.create(
+        model="policy", instructions=SYSTEM, tools=RESPONSES_TOOLS,
+        input=f"What is {task['a']} + {task['b']}?",
+    )  # fmt: skip
+    for _ in range(10):
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            return response.output_text
+        outputs = [
+            {"type": "function_call_output", "call_id": c.call_id,
+             "output": add(**json.loads(c.arguments))}
+            for c in calls
+        ]  # fmt: skip
+        response = await client.responses.create(
+            model="policy", instructions=SYSTEM, tools=RESPONSES_TOOLS,
+            previous_response_id=response.id, input=outputs,
+        )  # fmt: skip
+    return None
+
+
+async def responses_stateless(task, client):
+    """The same loop keeping its own state (``store=False``): the whole input each time, the
+    model's output items echoed back."""
+    items = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    for _ in range(10):
+        response = await client.responses.create(
+            model="policy", instructions=SYSTEM, tools=RESPONSES_TOOLS, input=items,
+            store=False,
+        )  # fmt: skip
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            return response.output_text
+        items += [item.model_dump(exclude_none=True) for item in response.output]
+        items += [
+            {"type": "function_call_output", "call_id": c.call_id,
+             "output": add(**json.loads(c.arguments))}
+            for c in calls
+        ]  # fmt: skip
+    return None
+
+
+async def responses_streaming(task, client):
+    """One streamed request: the answer's text, assembled from its events."""
+    stream = await client.responses.create(
+        model="policy", instructions=SYSTEM, input=f"What is {task['a']} + {task['b']}?",
+        stream=True,
+    )  # fmt: skip
+    parts = []
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            parts.append(event.delta)
+    return "".join(parts)
+
+
+async def responses_goes_back(task, client):
+    """Chains from an older response than the latest (a harness that retries a branch)."""
+    kw = {"model": "p", "instructions": SYSTEM, "tools": RESPONSES_TOOLS}
+    first = await client.responses.create(input=f"What is {task['a']} + {task['b']}?", **kw)
+    calls = [item for item in first.output if item.type == "function_call"]
+    outputs = [
+        {"type": "function_call_output", "call_id": c.call_id,
+         "output": add(**json.loads(c.arguments))}
+        for c in calls
+    ]  # fmt: skip
+    await client.responses.create(previous_response_id=first.id, input=outputs, **kw)
+    again = await client.responses.create(
+        previous_response_id=first.id, input=[*outputs, {"role": "user", "content": "Sure?"}], **kw
+    )
+    return again.output_text
+
+
+async def responses_changes_instructions(task, client):
+    """Chains from the latest response with new instructions (a changed system prompt)."""
+    kw = {"model": "p", "tools": RESPONSES_TOOLS}
+    first = await client.responses.create(
+        instructions=SYSTEM, input=f"What is {task['a']} + {task['b']}?", **kw
+    )
+    calls = [item for item in first.output if item.type == "function_call"]
+    outputs = [
+        {"type": "function_call_output", "call_id": c.call_id,
+         "output": add(**json.loads(c.arguments))}
+        for c in calls
+    ]  # fmt: skip
+    r = await client.responses.create(
+        instructions="Answer tersely.", previous_response_id=first.id, input=outputs, **kw
+    )
+    return r.output_text
+
+
+async def responses_sends_reasoning(task, client):
+    """An item the gateway cannot reproduce (another model's reasoning)."""
+    items = [
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hm"}]},
+        {"role": "user", "content": "What is 2 + 3?"},
+    ]
+    await client.responses.create(model="p", input=items)
+
+
+async def responses_unknown_id(task, client):
+    """Chains from a response this session never gave."""
+    await client.responses.create(model="p", previous_response_id="resp_nope", input="Hi")
