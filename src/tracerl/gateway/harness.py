@@ -130,6 +130,9 @@ class AgentThread(threading.Thread):
     ) -> None:
         super().__init__(name=f"tracerl-agent-{token[-6:]}", daemon=True)
         self.fn, self.task, self.base_url, self.token = fn, task, base_url, token
+        # the episode's own URL (the session named in it): clients cached per base URL by a
+        # framework are never shared between episodes (`tracerl.gateway.server.session_path`)
+        self.root = f"{base_url}/s/{token}"
         self.timeout_s, self.done = timeout_s, done
         self.loop: asyncio.AbstractEventLoop | None = None
         self.main: asyncio.Task[Any] | None = None
@@ -161,16 +164,16 @@ class AgentThread(threading.Thread):
         """What the agent is called with besides its task: a client, or where to reach
         the gateway (``base_url``, ``api_key``) for an agent that makes its own."""
         if wants_url(self.fn):
-            return {"base_url": f"{self.base_url}/v1", "api_key": self.token}
+            return {"base_url": f"{self.root}/v1", "api_key": self.token}
         return {"client": self._client(kind)}
 
     def _client(self, kind: str) -> Any:
         anthropic = client_sdk(self.fn) == "anthropic"
         sdk = import_anthropic() if anthropic else import_openai()
         if anthropic:  # its SDK adds /v1 itself
-            kind, base_url = kind.replace("OpenAI", "Anthropic"), self.base_url
+            kind, base_url = kind.replace("OpenAI", "Anthropic"), self.root
         else:
-            base_url = f"{self.base_url}/v1"
+            base_url = f"{self.root}/v1"
         http = getattr(
             sdk,
             "DefaultAsyncHttpxClient" if kind.startswith("Async") else "DefaultHttpxClient",

@@ -145,7 +145,7 @@ def read_request(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """A Messages request as a chat-completions body (normalized messages, function tools,
     tool choice, token limit) and the request fields it ignores."""
     r = _Reader()
-    r.ignored |= {k for k in body if k not in READ}
+    r.ignored |= {k for k in body if k not in READ and body[k] not in (None, [], {})}
     messages: list[dict[str, Any]] = []
     if body.get("system"):
         messages.append({"role": "system", "content": r.text_blocks(body["system"], "system")})

@@ -152,7 +152,7 @@ def read_request(
         if body.get(key):
             raise GatewayError(400, f"{key}: {why}")
     r = _Reader()
-    r.ignored |= {k for k in body if k not in READ and body[k] is not None}
+    r.ignored |= {k for k in body if k not in READ and body[k] not in (None, [], {})}
     conversation: list[dict[str, Any]] = []
     previous = body.get("previous_response_id")
     if previous is not None:

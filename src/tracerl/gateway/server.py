@@ -82,8 +82,10 @@ class Gateway:
         with self._lock:
             return self.sessions.pop(token, None)
 
-    def find(self, headers: Any, body: dict[str, Any]) -> GatewaySession:
-        names = [headers.get("X-Tracerl-Session"), body.get("user")]
+    def find(self, headers: Any, body: dict[str, Any], named: str | None = None) -> GatewaySession:
+        """The session a request names: in its URL (``/s/NAME/v1/...``, `named`), an
+        ``X-Tracerl-Session`` header, its ``user`` field, or its API key."""
+        names = [named, headers.get("X-Tracerl-Session"), body.get("user")]
         auth = headers.get("Authorization") or ""
         if auth.lower().startswith("bearer "):
             names.append(auth[7:].strip())
@@ -133,7 +135,9 @@ class Gateway:
         asked for a stream."""
         return self.answer(BY_ROUTE["/v1/chat/completions"], headers, raw)
 
-    def answer(self, protocol: Protocol, headers: Any, raw: bytes) -> tuple[dict[str, Any], bool]:
+    def answer(
+        self, protocol: Protocol, headers: Any, raw: bytes, named: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """One request of `protocol`, answered in its form (or a `GatewayError`), and
         whether it asked for a stream."""
         try:
@@ -142,7 +146,7 @@ class Gateway:
             raise GatewayError(400, f"the request body is not JSON: {e.msg}") from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object")
-        session = self.find(headers, body)
+        session = self.find(headers, body, named)
         if session.loop is None or session.loop.is_closed():
             raise GatewayError(409, f"session {session.episode_id} is not running", "closed")
         future = asyncio.run_coroutine_threadsafe(protocol.answer(session, body), session.loop)
@@ -204,16 +208,28 @@ class Gateway:
         return future.result(timeout=self.request_timeout_s)
 
 
+def session_path(path: str) -> tuple[str | None, str]:
+    """``/s/NAME/rest`` -> (NAME, ``/rest``): a session named in the URL. Each episode's
+    harness gets its own base URL this way, so a framework that caches one HTTP client per
+    base URL (LangChain's ``ChatOpenAI``) never reuses another episode's, bound to another
+    event loop."""
+    if path.startswith("/s/"):
+        name, _, rest = path[3:].partition("/")
+        if name:
+            return name, "/" + rest
+    return None, path
+
+
 def _handler(gateway: Gateway) -> type:
     class Handler(JSONHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
-            self._send(*gateway.get(self.path.split("?")[0]))
+            self._send(*gateway.get(session_path(self.path.split("?")[0])[1]))
 
         def do_POST(self) -> None:
-            path = self.path.split("?")[0]
+            named, path = session_path(self.path.split("?")[0])
             try:
                 n = int(self.headers.get("Content-Length", 0))
             except ValueError:
@@ -234,7 +250,7 @@ def _handler(gateway: Gateway) -> type:
             if protocol is None:
                 return self._send(404, {"error": {"message": f"no route POST {path}"}})
             try:
-                answer, stream = gateway.answer(protocol, self.headers, raw)
+                answer, stream = gateway.answer(protocol, self.headers, raw, named)
             except GatewayError as e:
                 return self._send(e.status, protocol.error_body(e))
             except Exception as e:  # answered, never a dropped connection

@@ -1,0 +1,45 @@
+"""Real agent frameworks, unmodified (`tests/frameworks/`, no tracerl import), through the
+gateway: a scripted tool call runs the framework's own tool, the framework's loop sends
+the result back, and the episode is the policy's, with the tool result the environment's
+tokens (no loss) and the policy tokens exactly what the sampler returned."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_gateway import CALL, sampled_only, scripted, via_gateway
+from tracerl.models import load
+from tracerl.types import Attribution, Source, StopReason
+
+FRAMEWORKS = [
+    ("openai_agents_sdk", "agents", "openai-responses"),
+    ("anthropic_sdk", "anthropic", "anthropic-messages"),
+    ("langgraph_agent", "langgraph", "openai-chat"),
+    ("pydantic_ai_agent", "pydantic_ai", "openai-chat"),
+]
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return load("tiny-random")
+
+
+@pytest.mark.parametrize(("module", "package", "protocol"), FRAMEWORKS)
+def test_a_framework_agent_runs_its_tool_loop_through_the_gateway(
+    bundle, module, package, protocol
+):
+    pytest.importorskip(package)
+    episode = via_gateway(f"tests.frameworks.{module}:solve", scripted(bundle, {0: CALL, 1: "5"}))
+    assert episode.stop_reason is StopReason.ANSWERED, episode.receipt.error
+    assert episode.attribution is Attribution.POLICY and episode.gradient_eligible
+    assert episode.steps[-1]["info"]["answer"] == "5"
+    agent = episode.receipt.agent
+    assert agent["protocols"] == [protocol]
+    assert agent["requests"] == 2 and agent["history_breaks"] == []
+    [t] = episode.trajectories
+    # the framework ran its own add tool on the model's call; its result is the env's
+    assert "".join(s.text for s in t.segments if s.source is Source.ENVIRONMENT) == "5"
+    assert episode.steps[0]["calls"][0]["action"] == {"tool": "add", "args": {"a": 2, "b": 3}}
+    sampled_only(episode)
+    policy = "".join(s.text for s in t.segments if s.source is Source.POLICY)
+    assert policy.startswith(CALL) and policy.count("5") >= 1
