@@ -198,3 +198,47 @@ async def responses_sends_reasoning(task, client):
 async def responses_unknown_id(task, client):
     """Chains from a response this session never gave."""
     await client.responses.create(model="p", previous_response_id="resp_nope", input="Hi")
+
+
+# ---- sub-agents: a planner and two parallel workers, one episode -----------------------------
+
+
+async def planner_and_workers(task, base_url, api_key):
+    """A planner asks for a plan, two workers (fresh contexts, each its own session: the
+    episode's key with ``/worker1``, ``/worker2``) run at once, and the planner answers from
+    their reports. The sub-sessions' contract is docs/gateway.md's."""
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    def client(name=None):
+        key = api_key if name is None else f"{api_key}/{name}"
+        return AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
+
+    async def ask(c, messages, tools=None):
+        kw = {"tools": tools} if tools else {}
+        r = await c.chat.completions.create(model="p", messages=messages, **kw)
+        return r.choices[0].message
+
+    async def worker(name, part):
+        c = client(name)
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": part}]
+        message = await ask(c, messages, TOOLS)
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or ():
+            result = add(**json.loads(call.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return (await ask(c, messages, TOOLS)).content
+
+    planner = client()
+    plan = [{"role": "user", "content": f"Plan: what is {task['a']} + {task['b']}?"}]
+    first = await ask(planner, plan)
+    reports = await asyncio.gather(
+        worker("worker1", f"What is {task['a']} + {task['b']}?"),
+        worker("worker2", f"What is {task['b']} + {task['a']}?"),
+    )
+    plan += [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "Reports: " + "; ".join(r or "" for r in reports)},
+    ]
+    return (await ask(planner, plan)).content

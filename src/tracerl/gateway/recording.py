@@ -15,7 +15,8 @@ from tracerl.rollout.episode import Episode
 def gateway_episode(
     episode: Episode, first_tools: list[dict[str, Any]] | None, agent: dict[str, Any]
 ) -> Episode:
-    """`episode` (from `finish_episode`) with the gateway's receipt, on every sample."""
+    """`episode` (from `finish_episode`) with the gateway's receipt, on each of its own
+    samples (a child session's keep theirs: `tracerl.gateway.tree`)."""
     receipt = dataclasses.replace(
         episode.receipt,
         tool_versions={t["function"]["name"]: tool_version(t) for t in first_tools or ()},
@@ -27,7 +28,8 @@ def gateway_episode(
     receipt.ledger["side_effect_guard"] = "unmanaged"
     d = receipt.to_dict()
     episode.receipt = receipt
-    episode.trajectories = [
-        dataclasses.replace(t, receipt=d, _cache={}) for t in episode.trajectories
+    episode.trajectories = [  # a child session's samples keep the child's own receipt
+        t if t.agent else dataclasses.replace(t, receipt=d, _cache={})
+        for t in episode.trajectories
     ]
     return episode

@@ -17,6 +17,7 @@ that may meet either (`tracerl replay`, the demo, readiness) use these.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from tracerl.gateway.agent import ending
 from tracerl.gateway.chat import ASKED, GatewayError, normalize_messages, normalize_tools
 from tracerl.gateway.harness import HarnessEnv
 from tracerl.gateway.session import GatewaySession
+from tracerl.gateway.tree import child_stop
 from tracerl.rollout import live_replay as runner_live
 from tracerl.rollout import replay as runner_replay
 from tracerl.rollout.budget import RolloutConfig
@@ -72,7 +74,25 @@ def recorded_tools(receipt: Receipt) -> list[dict[str, Any]] | None:
 
 
 async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any) -> ReplayReport:
-    """Exact replay of a gateway episode: a `tracerl.rollout.replay.ReplayReport`."""
+    """Exact replay of a gateway episode: a `tracerl.rollout.replay.ReplayReport`. An
+    episode with child sessions (`tracerl.gateway.tree`) replays its root conversation,
+    then each child's from the child's own receipt."""
+    root = [t for t in trajectories if not t.agent]
+    report = await _replay_session(root, renderer)
+    for name in sorted({t.agent for t in trajectories if t.agent}):
+        if not report.ok:
+            break
+        own = [dataclasses.replace(t, agent="", _cache={}) for t in trajectories if t.agent == name]
+        child = await _replay_session(own, renderer, child=True)
+        if not child.ok:
+            why = f"child session {name}: {child.first_difference}"
+            report = ReplayReport(report.episode_id, False, why, child.stop_reason)
+    return report
+
+
+async def _replay_session(
+    trajectories: Sequence[Trajectory], renderer: Any, *, child: bool = False
+) -> ReplayReport:
     receipt = Receipt.from_dict(trajectories[0].receipt)
     steps = {s["step"]: s for t in trajectories for s in t.steps}
     # a turn never recorded failed when it was sampled (the sampler was down): so again
@@ -128,7 +148,7 @@ async def replay_exact_gateway(trajectories: Sequence[Trajectory], renderer: Any
     if diff is None and [b["reason"] for b in session.breaks] != recorded_breaks:
         diff = f"history breaks: recorded {recorded_breaks}, replayed {session.breaks}"
     recorded_stop = receipt.stop_reason or ""
-    replayed_stop = ending(session, agent).value
+    replayed_stop = (child_stop(session) if child else ending(session, agent)).value
     if diff is None and replayed_stop != recorded_stop:
         diff = f"stop reason: recorded {recorded_stop!r}, replayed {replayed_stop!r}"
     stops = (recorded_stop, replayed_stop)

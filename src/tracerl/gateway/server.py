@@ -79,7 +79,10 @@ class Gateway:
             self.sessions[session.token] = session
 
     def remove(self, token: str) -> GatewaySession | None:
+        """Forget the session `token` and its child sessions (``token/NAME``)."""
         with self._lock:
+            for name in [n for n in self.sessions if n.startswith(token + "/")]:
+                del self.sessions[name]
             return self.sessions.pop(token, None)
 
     def find(self, headers: Any, body: dict[str, Any], named: str | None = None) -> GatewaySession:
@@ -91,10 +94,18 @@ class Gateway:
             names.append(auth[7:].strip())
         names.append(headers.get("x-api-key"))  # Anthropic's SDK
         names = [n for n in names if isinstance(n, str) and n]
+        # a child's name (KEY/NAME) first: a harness gives it where it can (an API key, a
+        # header) while its URL still names the episode
+        names.sort(key=lambda n: "/" not in n)
         with self._lock:
             for name in names:
                 if name in self.sessions:
                     return self.sessions[name]
+                root, _, child = name.partition("/")
+                if child and root in self.sessions:  # KEY/NAME: a child session of KEY's
+                    session = self.sessions[root].delegation.open(child)
+                    self.sessions[name] = session
+                    return session
             if self.open_session is not None and names:
                 session = self.open_session(names[0])
                 self.sessions[names[0]] = session
@@ -215,6 +226,9 @@ def session_path(path: str) -> tuple[str | None, str]:
     event loop."""
     if path.startswith("/s/"):
         name, _, rest = path[3:].partition("/")
+        child, _, after = rest.partition("/")
+        if child != "v1" and after.startswith("v1/"):  # /s/KEY/NAME/v1/...: a child
+            name, rest = f"{name}/{child}", after
         if name:
             return name, "/" + rest
     return None, path

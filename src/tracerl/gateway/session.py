@@ -50,6 +50,7 @@ from tracerl.gateway.chat import (
 from tracerl.gateway.harness import HarnessEnv
 from tracerl.gateway.history import for_template, message_key, named_tool_results, rewrite_reason
 from tracerl.gateway.recording import gateway_episode
+from tracerl.gateway.tree import SessionTree
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy, finish_episode
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
@@ -115,6 +116,14 @@ class GatewaySession:
         self.env_fault = self.unknown_fault = self.eval_fault = False
         self._sampled: dict[str, str] = {}  # an answer (normalized) -> the text sampled
         self.protocols: set[str] = set()  # the wire protocols the harness spoke
+        # sub-agents' conversations of this episode (`tracerl.gateway.tree`): a child
+        # session has its root as `root_session`, its name as `agent`, and the receipt's
+        # link to the root as `parent`
+        self.root_session: GatewaySession | None = None
+        self.parent: dict[str, Any] | None = None
+        self.agent = ""
+        self.opened_at = 0
+        self.delegation = SessionTree(self)
         # OpenAI Responses: each stored response's conversation (`previous_response_id`)
         self.stored_responses: dict[str, list[dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
@@ -263,12 +272,18 @@ class GatewaySession:
         self.ledger.context_tokens = len(self.conv.token_ids)
         elapsed = round(time.perf_counter() - self.t0, 4)
         stop = budget_stop(self.cfg.budgets, self.ledger, elapsed)
+        left = self.delegation.tokens_left(self)
+        if stop is None and left is not None and left <= 0:  # the tree's tokens are spent
+            stop = StopReason.MAX_TOKENS
         if stop is None:
             self.ledger.elapsed_s.append(elapsed)
         return stop
 
     async def _sample(self, body: dict[str, Any]) -> SampleResult:
         asked = asked_max_tokens(body)
+        left = self.delegation.tokens_left(self) if self.root_session is not None else None
+        if left is not None:  # a child's turn: what the tree's token budget leaves
+            asked = left if asked is None else min(asked, left)
         request = turn_request(
             self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=asked
         )
@@ -309,6 +324,7 @@ class GatewaySession:
         self.ledger.used["steps"] += 1
         self.ledger.used["sampled_tokens"] += len(ids)
         self.ledger.used["tool_calls"] += len(calls)
+        self.delegation.paid(self, len(ids), len(calls))
         content = (parser.strip_calls(text) or None) if calls else text
         message: dict[str, Any] = {"role": "assistant", "content": content}
         normalized: dict[str, Any] = {"role": "assistant", "content": content or ""}
@@ -374,6 +390,7 @@ class GatewaySession:
         if answer is not None and self.records:
             last = max(self.records)
             self.records[last]["info"] = {"answer": answer}
+        self.delegation.finish()  # child sessions first: their samples join this episode
         episode = finish_episode(self, stop)
         account = {
             **(agent or {}),
