@@ -242,3 +242,29 @@ async def planner_and_workers(task, base_url, api_key):
         {"role": "user", "content": "Reports: " + "; ".join(r or "" for r in reports)},
     ]
     return (await ask(planner, plan)).content
+
+
+# ---- a harness that compacts its own history -------------------------------------------------
+
+
+async def compacts(task, client):
+    """Solves with the tool, then replaces the turns so far with a summary (a harness
+    managing its context) and asks on."""
+    from tests.agents import question
+
+    messages = question(task)
+    message = (
+        (await client.chat.completions.create(model="p", messages=messages, tools=TOOLS))
+        .choices[0]
+        .message
+    )
+    messages.append(message.model_dump(exclude_none=True))
+    for call in message.tool_calls or ():
+        args = json.loads(call.function.arguments)
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": add(**args)})
+    answer = await client.chat.completions.create(model="p", messages=messages, tools=TOOLS)
+    messages.append(answer.choices[0].message.model_dump(exclude_none=True))
+    summary = {"role": "user", "content": "Summary so far: add(2, 3) returned 5."}
+    compacted = [*messages[:2], summary, {"role": "user", "content": "Say it in words."}]
+    r = await client.chat.completions.create(model="p", messages=compacted, tools=TOOLS)
+    return r.choices[0].message.content

@@ -7,7 +7,9 @@ harness echoes it back); the new messages after that are an observation. Anythin
 *rewrite*: a message dropped, edited or reordered, the model's reasoning stripped from an
 earlier answer, the system prompt or the tools changed, a request repeated without its
 answer (a retry or a resample). `rewrite_reason` says which, in words; the session then
-records a break and starts a new sample (`tracerl.gateway.session`).
+records a break and starts a new sample (`tracerl.gateway.session`). `compaction` says
+whether the rewrite is a harness compacting its own history (a run of earlier messages
+replaced by a summary), so the break is classified and counted as one.
 
 Messages are compared normalized (`tracerl.gateway.chat`).
 """
@@ -44,6 +46,35 @@ def rewrite_reason(
     for i, m in enumerate(new, start=len(history)):
         if m["role"] == "assistant":
             return f"message {i} is an assistant message the model did not sample"
+    return None
+
+
+def compaction(history: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str | None:
+    """Whether `messages` compacts `history`: it keeps the history's first messages (at
+    least one), then one or two new messages that are not tool results (the summary), then,
+    optionally, the history's last messages as they were, and new messages that are not
+    the assistant's; and it replaces at least two of the history's messages. Where, in
+    words, or None when it is not recognized as one (any other rewrite)."""
+    p = 0
+    while p < min(len(history), len(messages)) and history[p] == messages[p]:
+        p += 1
+    if p == 0 or len(history) - p < 2:
+        return None
+    for k in (1, 2):
+        summary, rest = messages[p : p + k], messages[p + k :]
+        if len(summary) < k or any(
+            m in history or not m.get("content") or m["role"] == "tool" for m in summary
+        ):  # a summary is new text, never a tool's result
+            continue
+        for m in range(p + 2, len(history) + 1):  # history[p:m] replaced, history[m:] kept
+            kept = history[m:]
+            if rest[: len(kept)] == kept and all(
+                x["role"] != "assistant" for x in rest[len(kept) :]
+            ):
+                return (
+                    f"compaction: messages {p}-{m - 1} of the history replaced by "
+                    f"{k} summary message{'s' if k > 1 else ''}"
+                )
     return None
 
 

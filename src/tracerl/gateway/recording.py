@@ -29,7 +29,6 @@ def gateway_episode(
     d = receipt.to_dict()
     episode.receipt = receipt
     episode.trajectories = [  # a child session's samples keep the child's own receipt
-        t if t.agent else dataclasses.replace(t, receipt=d, _cache={})
-        for t in episode.trajectories
+        t if t.agent else dataclasses.replace(t, receipt=d, _cache={}) for t in episode.trajectories
     ]
     return episode

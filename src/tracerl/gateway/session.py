@@ -48,7 +48,13 @@ from tracerl.gateway.chat import (
     read_request,
 )
 from tracerl.gateway.harness import HarnessEnv
-from tracerl.gateway.history import for_template, message_key, named_tool_results, rewrite_reason
+from tracerl.gateway.history import (
+    compaction,
+    for_template,
+    message_key,
+    named_tool_results,
+    rewrite_reason,
+)
 from tracerl.gateway.recording import gateway_episode
 from tracerl.gateway.tree import SessionTree
 from tracerl.rollout.budget import Ledger, RolloutConfig
@@ -229,7 +235,16 @@ class GatewaySession:
             self.conv.restart(self._for_template(messages), tools, reason=reason)
         except TrajectoryError as e:
             raise GatewayError(400, f"the messages cannot be rendered: {e}") from None
-        self.breaks.append({"step": at, "reason": reason})
+        compacted = compaction(self.history, messages)
+        kind = "compaction" if compacted else "rewrite"
+        self.breaks.append(
+            {
+                "step": at,
+                "reason": reason,
+                "kind": kind,
+                **({"compaction": compacted} if compacted else {}),
+            }
+        )
         if not getattr(self.policy.renderer, "warned_history_break", False):
             self.policy.renderer.warned_history_break = True
             log.warning(

@@ -229,6 +229,11 @@ def quality(d: RunData) -> str:
                 "–",
             ],
             [
+                "agent episodes with a break recognized as compaction (run mean)",
+                pct(_mean(d.train, "agent/compaction_rate")),
+                "–",
+            ],
+            [
                 "agent episodes whose agent raised (run mean)",
                 pct(_mean(d.train, "agent/exception_rate")),
                 "–",

@@ -250,8 +250,10 @@ def rollout_metrics(
     * ``cost/tool_latency_ms_mean``: time spent in the environment's tools per episode;
     * ``rollout/latency_p95_s``: the 95th percentile of episode wall time;
     * for gateway episodes (an agent harness drove them): ``agent/history_break_rate`` (the
-      share whose harness rewrote its history: more than one sample), ``agent/requests_mean``
-      and ``agent/exception_rate`` (the share whose agent raised).
+      share whose harness rewrote its history: more than one sample),
+      ``agent/compaction_rate`` (the share with a break recognized as the harness compacting
+      its history), ``agent/requests_mean`` and ``agent/exception_rate`` (the share whose
+      agent raised).
     """
     n = max(1, len(episodes))
     m: dict[str, float] = {}
@@ -297,6 +299,13 @@ def rollout_metrics(
     agents = [e.receipt.agent for e in episodes if e.receipt.agent is not None]
     if agents:  # episodes an agent harness drove through the gateway (`tracerl.gateway`)
         m["agent/history_break_rate"] = sum(bool(a.get("history_breaks")) for a in agents) / n
+        m["agent/compaction_rate"] = (
+            sum(
+                any(b.get("kind") == "compaction" for b in a.get("history_breaks") or ())
+                for a in agents
+            )
+            / n
+        )
         m["agent/requests_mean"] = sum(a.get("requests", 0) for a in agents) / n
         m["agent/exception_rate"] = sum(a.get("exception") is not None for a in agents) / n
     if m["attribution/unknown_rate"] > unknown_warning:
