@@ -19,7 +19,10 @@ Sides, each the best of --repeats after a warm-up, all in this process:
                  sampler waits `GATHER_S` for stragglers, as `AgentBackend` has it do;
   native xS      the same S episodes (--turns 1: question, answer) through tracerl's own
                  episode runner, for the gateway's overhead (HTTP, threads, the SDK) at
-                 --turns 1 (the gateway side is rerun with one turn for it).
+                 --turns 1 (the gateway side is rerun with one turn for it);
+  per protocol   the same S one-turn episodes by an agent on each protocol the gateway
+                 speaks (chat completions, the Responses API, Anthropic's Messages API with
+                 the anthropic SDK): each one's overhead per episode over the native runner.
 
 Prints seconds, tokens/s and the ratios.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracerl.envs.base import Env, StepResult
 from tracerl.gateway import AgentBackend, Gateway
@@ -40,6 +43,9 @@ from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import run_groups
 from tracerl.rollout.runner import Policy
 from tracerl.rollout.sampler import SampleRequest, SampleResult
+
+if TYPE_CHECKING:  # the agent's client annotation: tracerl gives it the anthropic SDK's
+    from anthropic import AsyncAnthropic
 
 QUESTION = "Name three rivers in Europe and say which is the longest."
 TURNS = 2
@@ -58,6 +64,34 @@ async def agent(task: dict[str, Any], client: Any) -> str:
         r = await client.chat.completions.create(model="policy", messages=messages)
         answer = r.choices[0].message.content or ""
     return answer
+
+
+async def agent_responses(task: dict[str, Any], client: Any) -> str:
+    """The same agent on the Responses API (follow-ups chained by previous_response_id)."""
+    r = await client.responses.create(model="policy", input=task["question"])
+    for _ in range(task["turns"] - 1):
+        r = await client.responses.create(
+            model="policy", previous_response_id=r.id, input="Are you sure?"
+        )
+    return r.output_text
+
+
+async def agent_messages(task: dict[str, Any], client: AsyncAnthropic) -> str:
+    """The same agent with the anthropic SDK (Messages API)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
+    answer = ""
+    for turn in range(task["turns"]):
+        if turn:
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "Are you sure?"},
+            ]
+        r = await client.messages.create(model="policy", max_tokens=1024, messages=messages)
+        answer = "".join(b.text for b in r.content if b.type == "text")
+    return answer
+
+
+PROTOCOLS = {"chat": "agent", "responses": "agent_responses", "messages": "agent_messages"}
 
 
 class QA(Env):
@@ -102,10 +136,12 @@ def rollout(args: argparse.Namespace) -> RolloutConfig:
     )
 
 
-async def gateway_side(policy: Policy, n: int, turns: int, args: argparse.Namespace) -> float:
+async def gateway_side(
+    policy: Policy, n: int, turns: int, args: argparse.Namespace, entry: str = "agent"
+) -> float:
     tasks = [{"id": f"q{i}", "question": QUESTION, "turns": turns} for i in range(n)]
     with Gateway(policy.model_id) as gateway:
-        backend = AgentBackend(f"{__name__}:agent", gateway)
+        backend = AgentBackend(f"{__name__}:{entry}", gateway)
         t0 = time.perf_counter()
         groups = await run_groups(
             QA,
@@ -150,9 +186,9 @@ def main() -> None:
         policy.parser = get_parser("json_list")
     s, k, n = args.sessions, args.turns, args.turn_tokens
 
-    def gw(sessions: int, turns: int) -> float:
+    def gw(sessions: int, turns: int, entry: str = "agent") -> float:
         batched.gather_s = GATHER_S  # what AgentBackend sets on a BatchedHFSampler
-        return asyncio.run(gateway_side(policy, sessions, turns, args))
+        return asyncio.run(gateway_side(policy, sessions, turns, args, entry))
 
     def native(sessions: int) -> float:
         batched.gather_s = 0.0
@@ -177,6 +213,13 @@ def main() -> None:
         f"at 1 turn, x{s}: gateway {g1:.2f} s, native runner {nat:.2f} s: "
         f"the gateway's overhead x{g1 / nat:.2f} ({(g1 - nat) / s * 1000:.0f} ms per episode)"
     )
+    for name, entry in PROTOCOLS.items():
+        gw(2, 1, entry)  # its SDK's imports and first client
+        t = best(lambda entry=entry: gw(s, 1, entry), args.repeats)
+        print(
+            f"  {name:<10} x{s}, 1 turn: {t:.2f} s, overhead over the native runner "
+            f"{(t - nat) / s * 1000:.0f} ms per episode"
+        )
 
 
 if __name__ == "__main__":

@@ -184,3 +184,14 @@ def test_anthropic_tool_results_then_text_keep_their_order():
         {"role": "tool", "tool_call_id": "t1", "content": "2"},
         {"role": "user", "content": "and now?"},
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", [e for e, _ in LOOPS])
+def test_an_unparseable_turn_is_plain_text_and_the_policys_in_every_protocol(bundle, entry):
+    broken = '<tool_call>[{"name": "add", "arguments": {"a": 2</tool_call>'
+    episode = via_gateway(entry, scripted(bundle, {0: broken}))
+    assert episode.stop_reason is StopReason.ANSWERED, episode.receipt.error
+    assert episode.steps[-1]["info"]["answer"] == broken  # given back as text, no call
+    step = episode.steps[0]
+    assert step["policy_error"] and step["fault"]["kind"] == "parse_error"
+    assert step["response"]["tool_calls"] == []
