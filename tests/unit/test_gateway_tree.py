@@ -129,3 +129,15 @@ def test_a_tree_episode_replays_exactly_and_notices_a_changed_child(bundle):
     trajectories[k] = dataclasses.replace(trajectories[k], steps=tuple(steps), _cache={})
     report = asyncio.run(replay_exact(trajectories, renderer=bundle.renderer))
     assert not report.ok and "child session worker2" in report.first_difference
+
+
+def test_a_tree_episode_replays_live_conversation_by_conversation(bundle):
+    import asyncio
+
+    from tracerl.gateway.replay import replay_live
+
+    episode = planner(bundle)
+    report = asyncio.run(replay_live(episode.trajectories))
+    where = {d.step: d.status for d in report.steps}
+    assert where == {0: "same", 1: "same", "worker1:0": "same", "worker1:1": "same",
+                     "worker2:0": "same", "worker2:1": "same"}, report.steps  # fmt: skip

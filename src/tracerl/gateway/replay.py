@@ -178,20 +178,25 @@ async def replay_live_gateway(
             HarnessEnv, receipt.task, policy, cfg, seed=receipt.seed, episode_id=receipt.episode_id
         )
     report = LiveReport(receipt.episode_id)
-    recorded = {s["step"]: s for t in trajectories for s in t.steps}
-    again = {s["step"]: s for s in live.steps}
-    for k in sorted(recorded):
-        if "request" not in recorded[k]:
+    # each conversation's requests by (session, step): the root's ("") and its children's
+    recorded = {(t.agent, s["step"]): s for t in trajectories for s in t.steps}
+    again = {(t.agent, s["step"]): s for t in live.trajectories for s in t.steps}
+    for key in sorted(recorded):
+        agent_name, k = key
+        where: Any = k if not agent_name else f"{agent_name}:{k}"
+        if "request" not in recorded[key]:
             continue
-        if k not in again or "request" not in again[k]:
+        if key not in again or "request" not in again[key]:
             error = (live.receipt.agent or {}).get("exception") or live.receipt.error
-            report.steps.append(Drift(k, "failed", f"the agent made no request {k} ({error})"))
+            report.steps.append(
+                Drift(where, "failed", f"the agent made no request {where} ({error})")
+            )
             continue
-        want, got = recorded[k]["request"], again[k]["request"]
+        want, got = recorded[key]["request"], again[key]["request"]
         if want == got:
-            report.steps.append(Drift(k, "same"))
+            report.steps.append(Drift(where, "same"))
         else:
-            report.steps.append(Drift(k, "drifted", _request_difference(want, got)))
+            report.steps.append(Drift(where, "drifted", _request_difference(want, got)))
     if live.receipt.agent.get("returned") != agent.get("returned"):
         report.steps.append(
             Drift(
