@@ -268,3 +268,71 @@ async def compacts(task, client):
     compacted = [*messages[:2], summary, {"role": "user", "content": "Say it in words."}]
     r = await client.chat.completions.create(model="p", messages=compacted, tools=TOOLS)
     return r.choices[0].message.content
+
+
+# ---- more rewrites, one per case and protocol ------------------------------------------------
+
+
+async def _anthropic_round(task, client):
+    """Ask, run the model's tool calls: the messages so far (with the results)."""
+    messages = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    kw = {"model": "p", "max_tokens": 64, "system": SYSTEM, "tools": ANTHROPIC_TOOLS}
+    response = await client.messages.create(messages=messages, **kw)
+    messages.append({"role": "assistant", "content": response.content})
+    results = [
+        {"type": "tool_result", "tool_use_id": b.id, "content": add(**b.input)}
+        for b in response.content
+        if b.type == "tool_use"
+    ]
+    messages.append({"role": "user", "content": results})
+    return messages, kw
+
+
+async def anthropic_drops_message(task, client: AsyncAnthropic):
+    """Memory trimming: drops the question and the model's call, keeps the result's turn
+    as a plain user message."""
+    messages, kw = await _anthropic_round(task, client)
+    trimmed = [{"role": "user", "content": "The tool said 5. What is the answer?"}]
+    await client.messages.create(messages=messages, **kw)
+    r = await client.messages.create(messages=[messages[0], *trimmed], **kw)
+    return "".join(b.text for b in r.content if b.type == "text")
+
+
+async def anthropic_changes_system(task, client: AsyncAnthropic):
+    messages, kw = await _anthropic_round(task, client)
+    r = await client.messages.create(messages=messages, **{**kw, "system": "Be terse."})
+    return "".join(b.text for b in r.content if b.type == "text")
+
+
+async def _responses_round(task, client):
+    """The stateless loop's first round: the items so far (with the outputs)."""
+    items = [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
+    kw = {"model": "p", "instructions": SYSTEM, "tools": RESPONSES_TOOLS, "store": False}
+    response = await client.responses.create(input=items, **kw)
+    items += [item.model_dump(exclude_none=True) for item in response.output]
+    items += [
+        {"type": "function_call_output", "call_id": c.call_id,
+         "output": add(**json.loads(c.arguments))}
+        for c in response.output if c.type == "function_call"
+    ]  # fmt: skip
+    return items, kw
+
+
+async def responses_drops_item(task, client):
+    """Drops the tool round (the model's function_call item and its output) and asks on:
+    a trimming harness. (Dropping the call alone leaves an output answering no call, which
+    cannot be rendered: refused.)"""
+    items, kw = await _responses_round(task, client)
+    kept = [i for i in items if i.get("type") not in ("function_call", "function_call_output")]
+    kept.append({"role": "user", "content": "The tool said 5. So?"})
+    r = await client.responses.create(input=kept, **kw)
+    return r.output_text
+
+
+async def responses_edits_output(task, client):
+    """Sends the tool output, then sends it again rewritten."""
+    items, kw = await _responses_round(task, client)
+    await client.responses.create(input=items, **kw)
+    items[-1] = {**items[-1], "output": "the sum is " + items[-1]["output"]}
+    r = await client.responses.create(input=items, **kw)
+    return r.output_text

@@ -86,6 +86,14 @@ def test_sdk_fields_that_change_nothing_are_listed_in_the_receipt(bundle):
     ("entry", "turns", "differs"),
     [
         ("tests.harnesses:anthropic_edits_result", {0: CALL, 1: "5"}, "(tool) content changed"),
+        ("tests.harnesses:anthropic_drops_message", {0: CALL, 1: "5"}, "message 2 was"),
+        (
+            "tests.harnesses:anthropic_changes_system",
+            {0: CALL, 1: "5"},
+            "message 0 (system) content changed",
+        ),
+        ("tests.harnesses:responses_drops_item", {0: CALL, 1: "5"}, "message 2 was 'assistant'"),
+        ("tests.harnesses:responses_edits_output", {0: CALL, 1: "5"}, "(tool) content changed"),
         ("tests.harnesses:responses_goes_back", {0: CALL, 1: "5"}, "message 4 was 'assistant'"),
         (
             "tests.harnesses:responses_changes_instructions",
