@@ -402,6 +402,17 @@ def test_tracerl_gateway_records_sessions_for_inspection(tmp_path):
         client.chat.completions.create(model="m", messages=messages)
         other = openai.OpenAI(base_url=base + "/v1", api_key="bob", max_retries=0)
         other.chat.completions.create(model="m", messages=[{"role": "user", "content": "yo"}])
+        # the other protocols, on their own sessions: the Responses API and Anthropic's
+        r = other.with_options(api_key="carol").responses.create(model="m", input="hey")
+        assert r.status in ("completed", "incomplete") and r.id.startswith("resp_")
+        m = httpx.post(
+            base + "/v1/messages",
+            headers={"x-api-key": "dave"},
+            json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+        ).json()
+        assert m["type"] == "message" and m["stop_reason"] in ("end_turn", "max_tokens"), m
+        listed = {x["session"] for x in httpx.get(base + "/tracerl/sessions").json()["sessions"]}
+        assert {"alice", "bob", "carol", "dave"} <= listed
         alice = httpx.get(base + "/tracerl/sessions/alice").json()
         assert alice["requests"] == 2 and len(alice["samples"]) == 1, alice
         assert not alice["history_breaks"]
