@@ -55,10 +55,10 @@ from tracerl.gateway.history import (
     named_tool_results,
     rewrite_reason,
 )
-from tracerl.gateway.recording import gateway_episode
+from tracerl.gateway.recording import finish_session, session_summary
 from tracerl.gateway.tree import SessionTree
 from tracerl.rollout.budget import Ledger, RolloutConfig
-from tracerl.rollout.episode import Episode, Policy, finish_episode
+from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
 from tracerl.rollout.turns import budget_stop, turn_request
 from tracerl.types import StopReason, ToolCall, TrajectoryError
@@ -399,36 +399,10 @@ class GatewaySession:
         """Close the session: the episode it recorded, ended by `stop` (whose it is follows
         from the fault flags, as for the runner's episodes). `answer` goes into the last
         step's ``info`` (what rewards read); `agent` into the receipt."""
-        self.closed = True
-        if self.unanswered is not None and "why" not in self.unanswered:
-            self.unanswered["why"] = "in_flight"  # the episode ended while it was sampled
-        if answer is not None and self.records:
-            last = max(self.records)
-            self.records[last]["info"] = {"answer": answer}
-        self.delegation.finish()  # child sessions first: their samples join this episode
-        episode = finish_episode(self, stop)
-        account = {
-            **(agent or {}),
-            "session": self.episode_id,
-            "requests": self.requests,
-            "history_breaks": self.breaks,
-            "unanswered": self.unanswered,
-            "ignored_params": sorted(self.ignored),
-            "protocols": sorted(self.protocols),
-        }
-        return gateway_episode(episode, self.first_tools, account)
+        return finish_session(self, stop, answer, agent)
 
     # ---- inspection --------------------------------------------------------------------------
     def summary(self, *, tokens: bool = False) -> dict[str, Any]:
         """What the session holds; `tokens`: every sample token by token (ids, sources,
         log-probs, text) in place of their count."""
-        samples = self.conv.samples() if self.conv is not None else []
-        return {
-            "session": self.episode_id,
-            "requests": self.requests,
-            "model_turns": self.ledger.used["steps"],
-            "samples": [t.to_dict() for t in samples] if tokens else len(samples),
-            "history_breaks": self.breaks,
-            "closed": self.closed,
-            "stop": self.stop.value if self.stop else None,
-        }
+        return session_summary(self, tokens=tokens)
