@@ -14,10 +14,13 @@
     POST /tracerl/sessions/ID/end    {"answer": ...}: close a session; its episode is written
                                  (`tracerl gateway --out DIR`; training ends its own)
 
-A request belongs to the session its client names, in this order: an ``X-Tracerl-Session``
+A request belongs to the session its client names, in this order: its URL
+(``/s/KEY/v1/...``: each episode's harness gets such a base URL), an ``X-Tracerl-Session``
 header, the request's ``user`` field, or the API key (``Authorization: Bearer KEY``, or
 Anthropic's ``x-api-key: KEY``) — so an unmodified OpenAI or Anthropic SDK client given
-only ``base_url`` and ``api_key`` is one session.
+only ``base_url`` and ``api_key`` is one session. A name ``KEY/NAME`` (wherever given; it
+wins over the episode's own) opens a child session of KEY's episode
+(`tracerl.gateway.tree`).
 Unknown names are refused (401) during training, where tracerl hands every episode's
 harness its own key; `tracerl gateway` opens a session for each new name instead.
 
