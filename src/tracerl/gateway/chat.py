@@ -125,12 +125,62 @@ def normalize_messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
-    """The request's ``tools`` (function tools only), as the chat template renders them."""
+def tool_list(raw: Any) -> list[Any] | None:
+    """A request's ``tools`` in any protocol: None when absent or empty, else the list."""
     if raw is None or raw == []:
         return None
     if not isinstance(raw, list):
         raise GatewayError(400, "tools must be a list")
+    return raw
+
+
+class FieldReader:
+    """One request of another protocol read into this form (`tracerl.gateway.messages`,
+    `tracerl.gateway.responses`): the fields it ignores, and its text parts. `empty_ok`:
+    fields that may come back empty (an SDK echoing its own blocks) and are refused when not
+    (they cannot be rendered)."""
+
+    empty_ok: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.ignored: set[str] = set()
+
+    def note(self, item: dict[str, Any], known: tuple[str, ...], where: str, label: str) -> None:
+        """Record `item`'s fields other than `known` as ignored (``label.field``)."""
+        for key, value in item.items():
+            if key in known or (key in self.empty_ok and not value):
+                continue
+            if key in self.empty_ok:
+                raise GatewayError(400, f"{where}.{key}: not supported (it cannot be rendered)")
+            self.ignored.add(key if key == "cache_control" else f"{label}.{key}")
+
+    def texts(self, value: Any, where: str, kinds: tuple[str, ...], word: str) -> str:
+        """A string, or a list of text parts (of `kinds`) joined by newlines; anything else
+        is refused (fail-closed)."""
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            raise GatewayError(400, f"{where}: expected a string or a list of text {word}s")
+        out = []
+        for j, part in enumerate(value):
+            at = f"{where}[{j}]"
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind not in kinds:
+                raise GatewayError(400, f"{at}: a {kind!r} {word}; only text {word}s are supported")
+            self.note(part, ("type", "text"), at, self.label(at, kind))
+            out.append(str(part.get("text", "")))
+        return "\n".join(out)
+
+    def label(self, where: str, kind: str) -> str:
+        """How an ignored field of the part at `where` (of type `kind`) is named."""
+        return kind
+
+
+def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
+    """The request's ``tools`` (function tools only), as the chat template renders them."""
+    raw = tool_list(raw)
+    if raw is None:
+        return None
     out = []
     for i, t in enumerate(raw):
         fn = t.get("function") if isinstance(t, dict) else None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracerl.gateway.chat import GatewayError, parse_arguments
+from tracerl.gateway.chat import FieldReader, GatewayError, parse_arguments, tool_list
 
 PROTOCOL = "anthropic-messages"
 ROUTES = ("/v1/messages", "/messages")
@@ -46,36 +46,21 @@ def error_body(e: GatewayError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": name, "message": e.message}}
 
 
-class _Reader:
-    """One request's translation, collecting the fields it ignores."""
+class _Reader(FieldReader):
+    """One Messages request's translation, collecting the fields it ignores."""
 
-    def __init__(self) -> None:
-        self.ignored: set[str] = set()
+    empty_ok = EMPTY_OK
 
-    def note(self, block: dict[str, Any], known: tuple[str, ...], where: str) -> None:
-        for key, value in block.items():
-            if key in known:
-                continue
-            if key in EMPTY_OK and not value:
-                continue
-            if key in EMPTY_OK:
-                raise GatewayError(400, f"{where}.{key}: not supported (it cannot be rendered)")
-            self.ignored.add(key if key == "cache_control" else f"{where.split('[')[0]}.{key}")
+    def label(self, where: str, kind: str) -> str:
+        return where.split("[")[0]
+
+    def note(
+        self, block: dict[str, Any], known: tuple[str, ...], where: str, label: str = ""
+    ) -> None:
+        super().note(block, known, where, label or self.label(where, ""))
 
     def text_blocks(self, value: Any, where: str) -> str:
-        if isinstance(value, str):
-            return value
-        if not isinstance(value, list):
-            raise GatewayError(400, f"{where}: expected a string or a list of text blocks")
-        texts = []
-        for j, block in enumerate(value):
-            at = f"{where}[{j}]"
-            if not isinstance(block, dict) or block.get("type") != "text":
-                kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-                raise GatewayError(400, f"{at}: a {kind!r} block; only text blocks are supported")
-            self.note(block, ("type", "text"), at)
-            texts.append(str(block.get("text", "")))
-        return "\n".join(texts)
+        return self.texts(value, where, ("text",), "block")
 
     def tool_result(self, block: dict[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(block.get("tool_use_id"), str):
@@ -187,10 +172,9 @@ def tools_of(raw: Any, r: _Reader) -> list[dict[str, Any]] | None:
     """Client tools as chat's function tools; a server tool (one with a ``type`` such as
     ``web_search_20250305`` or ``bash_20250124``) is refused: its calls run on Anthropic's
     side, which nothing here stands in for."""
-    if raw is None or raw == []:
+    raw = tool_list(raw)
+    if raw is None:
         return None
-    if not isinstance(raw, list):
-        raise GatewayError(400, "tools must be a list")
     out = []
     for i, t in enumerate(raw):
         where = f"tools[{i}]"

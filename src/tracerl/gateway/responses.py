@@ -37,7 +37,7 @@ import json
 import time
 from typing import Any
 
-from tracerl.gateway.chat import GatewayError, parse_arguments
+from tracerl.gateway.chat import FieldReader, GatewayError, parse_arguments, tool_list
 
 PROTOCOL = "openai-responses"
 ROUTES = ("/v1/responses", "/responses")
@@ -62,34 +62,11 @@ def error_body(e: GatewayError) -> dict[str, Any]:
     return e.body()  # the same error shape as chat completions
 
 
-class _Reader:
-    def __init__(self) -> None:
-        self.ignored: set[str] = set()
-
-    def note(self, item: dict[str, Any], known: tuple[str, ...], kind: str, where: str) -> None:
-        for key, value in item.items():
-            if key in known or (key in EMPTY_OK and not value):
-                continue
-            if key in EMPTY_OK:
-                raise GatewayError(400, f"{where}.{key}: not supported (it cannot be rendered)")
-            self.ignored.add(f"{kind}.{key}")
+class _Reader(FieldReader):
+    empty_ok = EMPTY_OK
 
     def text(self, value: Any, where: str) -> str:
-        if isinstance(value, str):
-            return value
-        if not isinstance(value, list):
-            raise GatewayError(400, f"{where}: expected a string or a list of text parts")
-        texts = []
-        for j, part in enumerate(value):
-            at = f"{where}[{j}]"
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            if kind not in TEXT_PARTS:
-                raise GatewayError(
-                    400, f"{at}: a {kind!r} part; only text parts are supported (fail-closed)"
-                )
-            self.note(part, ("type", "text"), kind, at)
-            texts.append(str(part.get("text", "")))
-        return "\n".join(texts)
+        return self.texts(value, where, TEXT_PARTS, "part")
 
     def items(self, raw: Any) -> list[dict[str, Any]]:
         if isinstance(raw, str):
@@ -106,12 +83,12 @@ class _Reader:
                 role = item.get("role")
                 if role not in ROLES:
                     raise GatewayError(400, f"{where}: unknown role {role!r}")
-                self.note(item, ITEM_FIELDS, "message", where)
+                self.note(item, ITEM_FIELDS, where, "message")
                 role = "system" if role == "developer" else role
                 out.append({"role": role, "content": self.text(item.get("content"), where)})
             elif kind == "function_call":
                 self.note(
-                    item, ("type", "call_id", "name", "arguments", "id", "status"), kind, where
+                    item, ("type", "call_id", "name", "arguments", "id", "status"), where, kind
                 )
                 if not isinstance(item.get("call_id"), str) or not isinstance(
                     item.get("name"), str
@@ -127,7 +104,7 @@ class _Reader:
                 else:
                     out.append({"role": "assistant", "content": "", "tool_calls": [call]})
             elif kind == "function_call_output":
-                self.note(item, ("type", "call_id", "output", "id", "status"), kind, where)
+                self.note(item, ("type", "call_id", "output", "id", "status"), where, kind)
                 if not isinstance(item.get("call_id"), str):
                     raise GatewayError(400, f"{where}: a function_call_output needs its call_id")
                 content = self.text(item.get("output", ""), f"{where}.output")
@@ -192,10 +169,9 @@ def read_request(
 def tools_of(raw: Any, r: _Reader) -> list[dict[str, Any]] | None:
     """Function tools in chat's form; a hosted tool is refused (it runs on OpenAI's side,
     which nothing here stands in for)."""
-    if raw is None or raw == []:
+    raw = tool_list(raw)
+    if raw is None:
         return None
-    if not isinstance(raw, list):
-        raise GatewayError(400, "tools must be a list")
     out = []
     for i, t in enumerate(raw):
         where = f"tools[{i}]"
@@ -208,7 +184,7 @@ def tools_of(raw: Any, r: _Reader) -> list[dict[str, Any]] | None:
             )
         if not isinstance(t.get("name"), str):
             raise GatewayError(400, f"{where}: a function tool needs its name")
-        r.note(t, ("type", "name", "description", "parameters", "strict"), "tools", where)
+        r.note(t, ("type", "name", "description", "parameters", "strict"), where, "tools")
         fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t}
         out.append({"type": "function", "function": fn})
     return out
