@@ -39,7 +39,9 @@ def train(folder: Path, seed: int, retriever: str, extra: list[str]) -> dict[str
     folder.mkdir(parents=True, exist_ok=True)
     args = ["train", str(CONFIG), f"out_dir={folder}", "name=run", f"trainer.seed={seed}"]
     env = {**os.environ, "RETRIEVER_URL": retriever}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH")])
+    )
     t0 = time.perf_counter()
     with open(folder / "train.log", "w") as log:
         cmd = [sys.executable, "-m", "tracerl.cli", *args, *extra]
