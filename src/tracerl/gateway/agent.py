@@ -77,6 +77,10 @@ class AgentBackend:
     per episode only for the receipt, never reset or stepped: the agent and its own tools
     are the environment of these episodes."""
 
+    harness = True
+    """Its episodes are the harness's conversations, whatever policy samples: the warm
+    start plays the reference agent's turns through it (`tracerl.train.warm_start`)."""
+
     def __init__(
         self,
         entry: str,

@@ -7,7 +7,9 @@ the format:
     the environment's own reference script (`env.check_script(task)`, what `check-env` runs)
     -> written in the model's action format by the parser (`format_calls`, `format_answer`)
     -> played through the rollout engine by a scripted sampler, exactly like model episodes
-       (same template, same provenance masks, same receipts; written to ``warm_start/``)
+       (same template, same provenance masks, same receipts; written to ``warm_start/``);
+       in an agent run (`agent:`), through the agent itself, over the gateway: the turns
+       are trained in the conversation the harness builds around them, as RL will see it
     -> scored by the run's reward; successful, gradient-eligible episodes only
     -> `sft`: loss on the policy tokens only (the reference's own turns).
 
@@ -61,8 +63,11 @@ def warm_start(
     micro_batch_tokens: int,
     done: dict[str, Episode] | None = None,
     progress: Any = None,
+    backend: RolloutBackend | None = None,
 ) -> dict[str, float]:
-    """Play the reference on `tasks`, keep its successes, fine-tune `bundle.model` on them."""
+    """Play the reference on `tasks`, keep its successes, fine-tune `bundle.model` on them.
+    With a `backend` (an agent harness's), the reference's turns are played through it: what
+    is trained on is what the harness sends, as it renders the conversation."""
     t0 = time.perf_counter()
     if progress is not None:
         progress.phase("warm-start episodes", len(tasks))
@@ -80,6 +85,7 @@ def warm_start(
             done=done,
             on_episode=None if progress is None else progress.advance,
             score=reward,
+            backend=backend,
         )
     )
     episodes = [g[0] for g in groups]
@@ -138,6 +144,9 @@ def warm_start_stage(
         micro_batch_tokens=cfg.trainer.micro_batch_tokens,
         done=done_episodes(run_dir / "warm_start", 0),
         progress=bars,
+        # an agent's episodes are its harness's conversations: the reference plays through
+        # it; tracerl's own runner (in process or on Ray workers) renders them itself
+        backend=backend if getattr(backend, "harness", False) else None,
     )
     sink.log({"step": 0, "phase": "warm_start", **m})
     bars.line(
