@@ -305,6 +305,17 @@ def test_a_mistake_is_two_lines_exit_2_and_changes_nothing(case, world, tmp_path
     assert not any(cache.iterdir()), "a model or tokenizer was loaded before the error"
 
 
+def test_bare_train_prints_usage_and_the_configs_found_and_starts_nothing(world, tmp_path):
+    (world["site"] / "configs").mkdir(exist_ok=True)
+    (world["site"] / "configs" / "mine.yaml").write_text("name: mine\n")
+    before = _tree(world["site"])
+    r = _tracerl(["train"], world["site"], tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("usage: tracerl train CONFIG") and "Traceback" not in r.stderr
+    assert "configs/mine.yaml" in r.stderr
+    assert _tree(world["site"]) == before and not (world["site"] / "runs" / "run").exists()
+
+
 def test_debug_shows_the_traceback(world, tmp_path):
     r = _tracerl(["train", "good.yaml", "env.name=unitconv"], world["site"], tmp_path, "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr and "unknown environment" in r.stderr

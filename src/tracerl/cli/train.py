@@ -36,6 +36,8 @@ def train(
     the command before any model loads or anything is written."""
     from tracerl.config import dump_config
 
+    if config is None and not overrides:  # nothing said what to train: never a default run
+        _usage()
     prepared = prepare_config(config, overrides)  # before torch loads: a mistake in a second
     cfg = prepared.cfg
     if print_config:
@@ -59,6 +61,17 @@ def train(
     console.print(
         f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
     )
+
+
+def _usage() -> None:
+    """Usage and the configs found here, on stderr; exit 2."""
+    found = sorted(p for d in ("configs", "examples") for p in Path(d).glob("*.yaml"))
+    lines = ["usage: tracerl train CONFIG [key=value ...] [--resume] [--print-config]"]
+    if found:
+        lines += ["configs here:", *(f"  {p}" for p in found)]
+    lines.append("e.g. tracerl train configs/demo.yaml trainer.steps=2 (docs/config.md)")
+    err_console.print("\n".join(lines), markup=False, highlight=False)
+    raise typer.Exit(2)
 
 
 def sft(
