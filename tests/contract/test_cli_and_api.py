@@ -22,6 +22,8 @@ def test_version_is_importable_and_printed():
     )
     assert out.stdout.strip() == tracerl.__version__
     assert CliRunner().invoke(app, ["version"]).stdout.strip() == tracerl.__version__
+    flag = CliRunner().invoke(app, ["--version"])  # as other tools answer it
+    assert flag.exit_code == 0 and flag.stdout.strip() == tracerl.__version__
 
 
 def test_importing_tracerl_does_not_import_torch():

@@ -37,9 +37,23 @@ class Commands(TyperGroup):
             raise fail(e.message, e.hint) from None
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        import tracerl
+
+        console.print(tracerl.__version__, markup=False, highlight=False)
+        raise typer.Exit()
+
+
 def options(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show the traceback of any error.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     # the options every command takes, before its name: ``tracerl --debug COMMAND``
