@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -336,6 +337,12 @@ def test_help_lists_every_command_in_whole_sentences_and_the_readme_names_them()
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for name in commands:
         assert f"`{name}" in readme, f"README.md does not mention `tracerl {name}`"
+    # options read as in other tools: no type on a flag, upper-case names for values
+    for args in (["--help"], ["train", "--help"], ["sft", "--help"], ["serve", "--help"]):
+        out = CliRunner().invoke(app, args, env={"COLUMNS": "200"}).output
+        assert "<bool>" not in out and "<str>" not in out, (args, out)
+    sft = CliRunner().invoke(app, ["sft", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"--out +PATH", sft) and re.search(r"--epochs +INT", sft), sft
 
 
 # Mistakes that show only once the run is going: the same two lines and exit 2, and what was

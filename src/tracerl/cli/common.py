@@ -28,6 +28,16 @@ class Commands(TyperGroup):
     """Every command's user errors become two lines and exit status 2 (tracebacks with
     ``--debug``)."""
 
+    def get_command(self, ctx: Any, name: str) -> Any:
+        command = super().get_command(ctx, name)
+        if command is not None:
+            _plain_types(command.get_params(ctx), ctx)
+        return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _plain_types(self.get_params(ctx), ctx)
+        super().format_help(ctx, formatter)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
@@ -35,6 +45,21 @@ class Commands(TyperGroup):
             if tracebacks[0]:
                 raise
             raise fail(e.message, e.hint) from None
+
+
+def _plain_types(params: list[Any], ctx: Any) -> None:
+    """Help without a ``<type>`` on every parameter: none for flags (``--resume``,
+    ``--help``) and arguments (their name says it), the usual upper-case name for option
+    values (``--out PATH``, ``--port INT``)."""
+    for p in params:
+        if getattr(p, "param_type_name", "") == "argument":
+            p.display_type_rich = lambda ctx: None  # typer's hook for it (no metavar there)
+        elif p.metavar is not None:
+            continue
+        elif p.is_flag:
+            p.metavar = ""
+        else:
+            p.metavar = p.display_type(ctx).strip("<>").upper().replace("STR", "TEXT")
 
 
 def _print_version(wanted: bool) -> None:
