@@ -37,7 +37,7 @@ TOP_K, SNIPPET_CHARS = 2, 200
 
 def retrieve(query: str) -> str:
     """The top documents for `query` from the retrieval server, as the model reads them."""
-    url = os.environ.get("RETRIEVER_URL", "http://127.0.0.1:8000").rstrip("/") + "/retrieve"
+    url = os.environ.get("RETRIEVER_URL", "http://127.0.0.1:8002").rstrip("/") + "/retrieve"
     body = json.dumps({"queries": [query], "topk": TOP_K}).encode()
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:

@@ -78,7 +78,7 @@ def check_env_cmd(
 def serve_retriever(
     corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:PATH")] = "wiki",
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8002,
 ) -> None:
     """Serve BM25 retrieval over a corpus with Search-R1's protocol (POST /retrieve)."""
     from tracerl.envs.search.corpus import load_corpus

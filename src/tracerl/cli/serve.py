@@ -50,7 +50,7 @@ def gateway_command(
     model: Annotated[
         str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
     ],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8001,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     out: Annotated[Path, typer.Option(help="where ended sessions are written")] = Path(
         "runs/gateway"

@@ -22,7 +22,7 @@ from tracerl.rollout.episode import episode_seed
 def run_gateway(
     model: str,
     *,
-    port: int = 8000,
+    port: int = 8001,
     host: str = "127.0.0.1",
     out: Path = Path("runs/gateway"),
     temperature: float = 1.0,
