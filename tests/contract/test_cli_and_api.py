@@ -26,6 +26,17 @@ def test_version_is_importable_and_printed():
     assert flag.exit_code == 0 and flag.stdout.strip() == tracerl.__version__
 
 
+def test_list_names_what_env_name_and_model_spec_accept():
+    from tracerl.envs.registry import registered
+    from tracerl.models.loading import MODEL_SPECS
+
+    out = CliRunner().invoke(app, ["list"], env={"COLUMNS": "200"}).stdout
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert set(registered()) | set(MODEL_SPECS) | {"hf:DIR"} <= set(rows), out
+    assert "Search-R1" in rows["search"]  # each environment says what it is
+    assert "configs/demo.yaml" in rows  # run from the repository: its configs
+
+
 def test_importing_tracerl_does_not_import_torch():
     code = "import sys, tracerl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

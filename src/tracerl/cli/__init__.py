@@ -5,7 +5,7 @@ never another command module:
 
     demo.py       version, demo, load-model
     runs.py       show, report, triage, replay
-    envs.py       check-env, serve-retriever, init
+    envs.py       list, check-env, serve-retriever, init
     train.py      train, sft
     review.py     review
     readiness.py  readiness
@@ -35,23 +35,25 @@ app = typer.Typer(
 )
 app.callback()(options)
 
-# in the order `tracerl --help` lists them
-app.command("version")(demo.version)
+# in the order `tracerl --help` lists them: a first run, training, reading runs, your own
+# environment, servers, then the rest
 app.command("demo")(demo.demo)
-app.command("load-model")(demo.load_model)
-app.command("show")(runs.show)
-app.command("report")(runs.report)
-app.command("triage")(runs.triage)
-app.command("check-env")(envs.check_env_cmd)
-app.command("replay")(runs.replay)
 app.command("train")(train.train)
-app.command("sft")(train.sft)
-app.command("review")(review.review)
-app.command("serve-retriever")(envs.serve_retriever)
-app.command("readiness")(readiness.readiness)
 app.command("eval")(evaluate.eval_command)
+app.command("show")(runs.show)
+app.command("replay")(runs.replay)
+app.command("triage")(runs.triage)
+app.command("report")(runs.report)
+app.command("review")(review.review)
+app.command("list")(envs.list_command)
+app.command("init")(envs.init_command)
+app.command("check-env")(envs.check_env_cmd)
+app.command("readiness")(readiness.readiness)
+app.command("sft")(train.sft)
 app.command("serve")(serve.serve_command)
 app.command("gateway")(serve.gateway_command)
-app.command("init")(envs.init_command)
+app.command("serve-retriever")(envs.serve_retriever)
+app.command("load-model")(demo.load_model)
+app.command("version")(demo.version)
 
 __all__ = ["app"]

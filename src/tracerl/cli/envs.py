@@ -1,12 +1,14 @@
-"""`tracerl check-env` (an environment against the contract), `tracerl serve-retriever` (the
-search environment's retrieval as a server) and `tracerl init` (a starter package for your
-own environment, written by `tracerl.scaffold`)."""
+"""`tracerl list` (what `env.name` and `model.spec` accept), `tracerl check-env` (an
+environment against the contract), `tracerl serve-retriever` (the search environment's
+retrieval as a server) and `tracerl init` (a starter package for your own environment,
+written by `tracerl.scaffold`)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -73,6 +75,40 @@ def check_env_cmd(
     console.print(str(report), markup=False, highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def list_command() -> None:
+    """List the environments (`env.name`), model specs (`model.spec`) and configs here."""
+    from tracerl.envs.registry import registered, resolve
+    from tracerl.models.loading import MODEL_SPECS
+
+    console.print("environments (env.name; also any package.module:Class):", markup=False)
+    for name in registered():
+        try:
+            spec = resolve(name)
+            doc, where = _summary(spec.factory), spec.import_path or ""
+        except Exception as e:  # an entry point that cannot be loaded: say so, go on
+            doc, where = f"cannot be loaded: {type(e).__name__}: {e}", ""
+        console.print(f"  {name:<14} {doc or where}", markup=False, highlight=False)
+    console.print("model specs (model.spec):", markup=False)
+    for name in [*MODEL_SPECS, "hf:DIR"]:
+        console.print(f"  {name}", markup=False, highlight=False)
+    found = sorted(p for d in ("configs", "examples") for p in Path(d).glob("*.yaml"))
+    if found:
+        console.print("configs here (tracerl train CONFIG):", markup=False)
+        for p in found:
+            console.print(f"  {p}", markup=False, highlight=False)
+
+
+def _summary(factory: Any) -> str:
+    """The first sentence of what a factory (or its module) says it makes."""
+    module = inspect.getmodule(factory)
+    if inspect.isclass(factory):  # its module says what it is (`name`: ...)
+        text = module.__doc__ if module is not None else factory.__doc__
+    else:
+        text = factory.__doc__
+    first = inspect.cleandoc(text or "").split("\n\n")[0].replace("\n", " ")
+    return first.split(". ")[0].rstrip(".") + "." if first else ""
 
 
 def serve_retriever(

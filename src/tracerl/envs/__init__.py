@@ -15,24 +15,28 @@ from tracerl.envs.tools import InfraError, PolicyError, Tool, ToolResult, ToolSe
 
 
 def _search_env(**kwargs):  # imported on use: the search env pulls in bm25s
+    """Search-R1-style question answering over a real (wiki) or generated corpus."""
     from tracerl.envs.search import SearchEnv
 
     return SearchEnv(**kwargs)
 
 
 def _coderepair_env(**kwargs):
+    """Fix a bug in a small repository with four tools, graded by hidden tests."""
     from tracerl.envs.coderepair.env import CodeRepair
 
     return CodeRepair(**kwargs)
 
 
 def _reasoning_gym_env(**kwargs):  # imported on use: reasoning-gym is an optional extra
+    """A reasoning-gym task family (pip extra) as a single-turn environment."""
     from tracerl.envs.adapters.reasoning_gym import ReasoningGym
 
     return ReasoningGym(**kwargs)
 
 
 def _openenv_env(**kwargs):  # imported on use: its servers run in a venv of their own
+    """An OpenEnv environment server (its own venv), played over HTTP."""
     from tracerl.envs.adapters.openenv import OpenEnv
 
     return OpenEnv(**kwargs)
@@ -46,6 +50,7 @@ register("timeline", Timeline)
 
 
 def _verifiers_env(**kwargs):  # imported on use: verifiers runs in a venv of its own
+    """A verifiers environment (its own venv), played by its own harness."""
     from tracerl.envs.adapters.verifiers import Verifiers
 
     return Verifiers(**kwargs)
