@@ -210,5 +210,5 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     )
     if len(written) != len(episodes) or not report.ok:
         raise SystemExit("the demo lost an episode or could not replay one")
-    console.print(f"try: tracerl replay {out_dir} --episode '{longest.episode_id}' [--live]")
+    console.print(f"try: tracerl replay {out_dir} '{longest.episode_id}' [--live]")
     return path

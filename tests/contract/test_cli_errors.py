@@ -266,6 +266,11 @@ CASES = {
     ),
     "load-model of an unknown spec": (["load-model", "gpt-5"], "unknown model spec", None),
     "sft on a missing file": (["sft", "nope.jsonl", "--out", "m"], "nope.jsonl", None),
+    "replay without an episode": (
+        ["replay", "RUNS/existing"],
+        "replay: name one episode: tracerl replay RUN EPISODE",
+        "tracerl triage RUN",
+    ),
 }
 
 

@@ -176,8 +176,8 @@ def test_replay_command_exit_codes(tiny, tmp_path):
     ok = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", eid])
     assert ok.exit_code == 0, ok.output
     assert "replayed exactly" in ok.stdout
-    by_replay_id = CliRunner().invoke(
-        app, ["replay", str(tmp_path / "run"), "--episode", episodes[1].receipt.replay_id]
+    by_replay_id = CliRunner().invoke(  # positional, as `show RUN EPISODE` takes it
+        app, ["replay", str(tmp_path / "run"), episodes[1].receipt.replay_id]
     )
     assert by_replay_id.exit_code == 0, by_replay_id.output
     live = CliRunner().invoke(app, ["replay", str(tmp_path / "run"), "--episode", eid, "--live"])

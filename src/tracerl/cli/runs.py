@@ -74,21 +74,33 @@ def triage(
 
 def replay(
     run: Annotated[Path, typer.Argument(help="a run directory (or a name under runs/)")],
-    episode: Annotated[str, typer.Option(help="episode id or replay id (ro_...)")],
+    episode_id: Annotated[
+        str | None,
+        typer.Argument(metavar="EPISODE", help="episode id or replay id (ro_...), as for show"),
+    ] = None,
+    episode: Annotated[str | None, typer.Option("--episode", help="the same, as an option")] = None,
     live: Annotated[
         bool, typer.Option(help="run the recorded actions against the live env; report drift")
     ] = False,
 ) -> None:
     """Replay a recorded episode, exactly or against the live environment (--live).
 
-    Exit 0 if it reproduces exactly (with --live: nothing drifted); exit 1 with the first
-    difference otherwise. A live replay rebuilds the environment from the receipt (its
-    import path too), with writes as dry runs."""
+    `tracerl replay RUN EPISODE`, as `show RUN EPISODE`. Exit 0 if it reproduces exactly
+    (with --live: nothing drifted); exit 1 with the first difference otherwise. A live
+    replay rebuilds the environment from the receipt (its import path too), with writes as
+    dry runs."""
     import asyncio
 
     from tracerl.gateway.replay import replay_exact, replay_live
     from tracerl.report.run import check_run_dir, find_episode
 
+    if (episode_id is None) == (episode is None):
+        raise fail(
+            "replay: name one episode: tracerl replay RUN EPISODE",
+            "the episode ids are in `tracerl triage RUN` and the dashboard",
+        )
+    episode = episode_id or episode
+    assert episode is not None
     if not run.exists() and (Path("runs") / run).exists():
         run = Path("runs") / run
     # any episode of the run: training, evaluations, the warm start's reference

@@ -188,7 +188,7 @@ class Receipt:
     """
 
     replay_id: str
-    """Unique id of this rollout (``ro_<hex>``); `tracerl replay RUN --episode ID` finds it."""
+    """Unique id of this rollout (``ro_<hex>``); `tracerl replay RUN ID` finds it."""
     episode_id: str
     env: dict[str, Any]
     """``{"name", "version", "kwargs"}``: how to rebuild the environment with `make`."""
