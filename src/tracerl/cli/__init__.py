@@ -6,7 +6,7 @@ never another command module:
     demo.py       version, demo, load-model
     runs.py       show, report, triage, replay
     envs.py       list, check-env, serve-retriever, init
-    train.py      train, sft
+    train.py      train, sft, export
     review.py     review
     readiness.py  readiness
     evaluate.py   eval
@@ -50,6 +50,7 @@ app.command("init")(envs.init_command)
 app.command("check-env")(envs.check_env_cmd)
 app.command("readiness")(readiness.readiness)
 app.command("sft")(train.sft)
+app.command("export")(train.export)
 app.command("serve")(serve.serve_command)
 app.command("gateway")(serve.gateway_command)
 app.command("serve-retriever")(envs.serve_retriever)

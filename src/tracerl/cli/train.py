@@ -1,5 +1,6 @@
-"""`tracerl train` (GRPO, synchronous or asynchronous, across processes under torchrun) and
-`tracerl sft` (supervised fine-tuning on trajectories)."""
+"""`tracerl train` (GRPO, synchronous or asynchronous, across processes under torchrun),
+`tracerl sft` (supervised fine-tuning on trajectories) and `tracerl export` (a run's
+checkpoint as a Hugging Face folder)."""
 
 from __future__ import annotations
 
@@ -122,4 +123,32 @@ def sft(
         f"{result.nll_after:.3f} after; "
         f"saved to {out} (load it as hf:{out})",
         markup=False,
+    )
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="a run directory (or a name under runs/)")],
+    out: Annotated[Path, typer.Option(help="the folder to write (load it as hf:OUT)")],
+    step: Annotated[
+        int | None, typer.Option(help="the checkpoint after this step (default: the newest)")
+    ] = None,
+) -> None:
+    """Export a run's trained policy as a Hugging Face folder: weights (LoRA merged),
+    tokenizer and chat template.
+
+    `model.spec: hf:OUT`, vLLM and transformers load it; tracerl_export.json says which
+    run, step and policy version it is. An existing folder is never overwritten."""
+    from tracerl.train.export import export_run
+
+    if not run.exists() and (Path("runs") / run).exists():
+        run = Path("runs") / run
+    receipt = export_run(run, out, step)
+    console.print(
+        f"exported {run} after step {receipt['step']} (policy version "
+        f"{receipt['policy_version']}, base {receipt['base_model']}"
+        f"{', LoRA merged' if receipt['lora_merged'] else ''}) to {out}; "
+        f"load it as hf:{out}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )

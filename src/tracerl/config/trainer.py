@@ -169,6 +169,10 @@ class TrainerConfig(_Config):
     checkpoint_every: int = Field(1, ge=1)
     """Checkpoint every N steps (and always after the last step, or when a signal stops the
     run); ``--resume`` continues from the latest."""
+    keep_last: int = Field(2, ge=1)
+    """Checkpoints kept (the newest; older ones are deleted once a newer one is complete).
+    Each holds the weights and the optimizer's state: about 1.6 GB for SmolLM2-135M in fp32.
+    `tracerl export RUN --out DIR` takes one away as a Hugging Face folder."""
     seed: int = 0
     """Seeds each step's training tasks, the sampler, the LoRA adapters' initial weights and
     the evaluation tasks: one seed, one run."""

@@ -1,6 +1,7 @@
 """Checkpoints: ``checkpoints/step_<n>/`` with the model, the optimizer, every RNG and the
 loop's state (step, policy version). Written under a temporary name and renamed into place,
-so a checkpoint folder that exists is complete; the newest two are kept.
+so a checkpoint folder that exists is complete; the newest `trainer.keep_last` (two) are
+kept.
 
 One format for every learner strategy: the model's full state dict (LoRA: the adapters),
 and the optimizer's state keyed by parameter name (`tracerl.train.distributed.
@@ -35,9 +36,17 @@ class Checkpoint:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: Any, learner: Any, sampler: Any, extra: dict[str, Any]
+    run_dir: Path,
+    step: int,
+    model: Any,
+    learner: Any,
+    sampler: Any,
+    extra: dict[str, Any],
+    *,
+    keep: int = KEEP,
 ) -> Path:
-    """`learner`: None before RL's optimizer exists (after a warm start)."""
+    """`learner`: None before RL's optimizer exists (after a warm start). The newest `keep`
+    checkpoints stay (``trainer.keep_last``)."""
     target = run_dir / "checkpoints" / f"step_{step}"
     # every learner rank takes part in gathering the optimizer's state, before any write
     optimizer_state = learner.optimizer_state() if learner is not None else None
@@ -63,7 +72,7 @@ def save_checkpoint(
                 os.fsync(fh.fileno())
 
     save_folder_atomically(target, write)
-    for old in sorted(_steps(run_dir))[:-KEEP]:
+    for old in sorted(_steps(run_dir))[:-keep]:
         shutil.rmtree(run_dir / "checkpoints" / f"step_{old}", ignore_errors=True)
     return target
 

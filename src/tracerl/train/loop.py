@@ -142,7 +142,9 @@ def _train(
             final = warm_start_stage(
                 cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish
             )
-            save_checkpoint(run_dir, -1, bundle.model, None, sampler, {"seed": t.seed})
+            save_checkpoint(
+                run_dir, -1, bundle.model, None, sampler, {"seed": t.seed}, keep=t.keep_last
+            )
     learner = run.learner()  # across ranks under torchrun
     if backend is not None and hasattr(sampler, "_model_lock"):
         # a turn served from the learner's weights may still run (for a lost worker) during
@@ -188,7 +190,9 @@ def _train(
         futile = futility.observe(step, episodes, m)
         last = (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1
         if last or stop.requested or futile is not None:
-            save_checkpoint(run_dir, step, bundle.model, learner, sampler, {"seed": t.seed})
+            save_checkpoint(
+                run_dir, step, bundle.model, learner, sampler, {"seed": t.seed}, keep=t.keep_last
+            )
         if futile is not None:  # written and resumable: --resume goes on once it is fixed
             raise futile
         if stop.requested:

@@ -112,27 +112,8 @@ class Deferred:
 
 def load_teacher(ref: ModelRef, device: str, dtype: str, micro_batch_tokens: int) -> ModelTeacher:
     """The model `ref` names, loaded and placed like the student (`device`, `dtype`): its base
-    spec, then its checkpoint's weights (a LoRA run's adapters on the base)."""
-    from tracerl.models import load
-    from tracerl.models.loading import file_sha256
-    from tracerl.train.lora import apply_lora, place, trainable_state
+    spec, then its checkpoint's weights (a LoRA run's adapters merged into the base)."""
+    from tracerl.train.export import load_checkpoint_model
 
-    bundle = load(ref.spec)
-    model = place(bundle.model, device, dtype)
-    identity = bundle.model_id
-    if ref.checkpoint is not None:
-        weights = ref.checkpoint / "model.pt"
-        state = torch.load(weights, weights_only=True, map_location="cpu")
-        if ref.lora is not None:
-            model = apply_lora(model, **ref.lora)
-            missing = set(trainable_state(model)) - set(state)
-            if missing:
-                raise ValueError(
-                    f"{ref.text}: the checkpoint lacks adapter weights {sorted(missing)[:3]}"
-                )
-            model.load_state_dict(state, strict=False)
-            model = model.merge_and_unload()  # scoring only: plain weights are faster
-        else:
-            model.load_state_dict(state)
-        identity += f"+{file_sha256(weights)[:16]}"
-    return ModelTeacher(model, identity, ref.text, micro_batch_tokens)
+    loaded = load_checkpoint_model(ref, device, dtype)
+    return ModelTeacher(loaded.model, loaded.identity, ref.text, micro_batch_tokens)
