@@ -16,12 +16,14 @@ from tracerl.report.sinks import MetricsLog
 from tracerl.rollout.groups import RolloutBackend, run_groups
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Policy
+from tracerl.train.interrupt import cancellable
 from tracerl.train.metrics import eval_metrics
 
 
 def evaluate(*args: Any, **kwargs: Any) -> dict[str, float]:
-    """`evaluate_async` in an event loop of its own (synchronous training)."""
-    return asyncio.run(evaluate_async(*args, **kwargs))
+    """`evaluate_async` in an event loop of its own (synchronous training); cancelled by a
+    stop request (`tracerl.train.interrupt`: an evaluation is redone whole on resume)."""
+    return asyncio.run(cancellable(evaluate_async(*args, **kwargs)))
 
 
 async def evaluate_async(

@@ -30,6 +30,7 @@ from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.distill import Distiller
 from tracerl.train.dynamic_sampling import DynamicSampling, Refill, sample_with_signal
+from tracerl.train.interrupt import cancellable
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import (
     gradient_eligible,
@@ -107,9 +108,13 @@ def grpo_step(
             first_index=first,
         )
 
+    # a stop request cancels the rollouts (the finished episodes are on disk, reused by
+    # --resume); once they are in, the update runs to its end
     sampled = asyncio.run(
-        sample_with_signal(
-            tasks, run_round, lambda g: has_signal(g, cfg), cfg.dynamic_sampling, refill
+        cancellable(
+            sample_with_signal(
+                tasks, run_round, lambda g: has_signal(g, cfg), cfg.dynamic_sampling, refill
+            )
         )
     )
     metrics = update_on_groups(

@@ -1,8 +1,8 @@
 """`tracerl train`: synchronous GRPO on a real environment, with evaluation and checkpoints.
 
     baseline evaluation on the eval split (stage "baseline")
-    optional warm start: SFT on the env's reference agent, evaluation (stage "warm_start"),
-        checkpoint "step -1"
+    optional warm start: SFT on the env's reference agent, checkpoint "step -1", evaluation
+        (stage "warm_start")
     for each step:
         the step's tasks (a function of seed and step: the data order survives a resume)
         -> grpo_step: sample G episodes per task (each written to the run directory as it
@@ -17,13 +17,15 @@
 
 Resume (`--resume`) restores the newest checkpoint (model, optimizer, RNGs, policy version)
 and continues at the next step; every episode already written is reused, none is sampled
-twice. SIGINT/SIGTERM finish the current step, write a checkpoint and exit cleanly.
+twice. Ctrl-C (or SIGTERM) is acknowledged at once and stops the run at its phase's next
+safe point, printing the command that resumes it; a second Ctrl-C aborts at once
+(`tracerl.train.interrupt`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,6 +45,7 @@ from tracerl.train.distill import coverage_warning
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.futility import Futility
 from tracerl.train.grpo import GRPOConfig, grpo_step
+from tracerl.train.interrupt import Interrupts, StopRun, set_phase
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import citation_metrics
 from tracerl.train.resume import check_resumable, has_eval, refuse_existing_run, trim_metrics
@@ -50,23 +53,6 @@ from tracerl.train.run import Run
 from tracerl.train.warm_start import warm_start_stage
 
 Log = Callable[[str], None]
-
-
-class _Stop:
-    """SIGINT/SIGTERM: finish the step, checkpoint, exit cleanly."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._old = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def restore(self) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
 
 
 def train(
@@ -100,7 +86,9 @@ def train(
     sink = run.sink(run_dir)
     try:
         with run.engine(run_dir, bars.line) as engine, run.rollouts(engine) as backend:
-            return _train(run, ckpt, resume, engine, sink, bars, backend)
+            command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
+            with Interrupts(command) as interrupts:
+                return _train(run, ckpt, resume, engine, sink, bars, backend, interrupts)
     finally:
         sink.close()
 
@@ -113,14 +101,51 @@ def _train(
     sink: MetricsLog,
     bars: QuietProgress,
     backend: RolloutBackend | None,
+    interrupts: Interrupts,
 ) -> dict[str, float]:
+    final: dict[str, float] = {}
+    try:
+        return _phases(run, ckpt, resume, engine, sink, bars, backend, interrupts, final)
+    except StopRun as e:
+        bars.line(
+            f"stopped by a signal during {e.phase}; the episodes finished so far are "
+            f"kept. Resume with: {interrupts.resume_command}"
+        )
+        return final
+
+
+def _phases(
+    run: Run,
+    ckpt: Any,
+    resume: bool,
+    engine: Engine,
+    sink: MetricsLog,
+    bars: QuietProgress,
+    backend: RolloutBackend | None,
+    stop: Interrupts,
+    final: dict[str, float],
+) -> dict[str, float]:
+    """The run's phases; `final` holds the latest evaluation's metrics (what a stop
+    returns)."""
     cfg, bundle, env, probe, reward = run.cfg, run.bundle, run.env, run.probe, run.reward
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
     policy = engine.policy
     sampler = policy.sampler  # its policy_version is the run's
 
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
-        return evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
+        set_phase(
+            {
+                "baseline": "the baseline evaluation",
+                "warm_start": "the warm start's evaluation",
+            }.get(stage, f"the evaluation after step {step - 1}")
+        )
+        m = evaluate(cfg, env, probe, policy, reward, sink, step, bars, stage, backend)
+        final.clear()
+        final.update(m)
+        return final
+
+    def evaluate_after(step: int) -> bool:
+        return step == t.steps - 1 or bool(t.eval_every and (step + 1) % t.eval_every == 0)
 
     def publish() -> None:  # a server the learner does not own gets the current weights
         (backend or engine).publish(bundle.model, sampler.policy_version)
@@ -130,21 +155,26 @@ def _train(
             cfg, env, probe, policy, reward, sink, step, bars, backend=backend
         )
 
-    final: dict[str, float] = {}
     if ckpt is None:
         if resume:
             trim_metrics(run_dir, None)  # nothing was checkpointed: every line is redone
             log("resumed with no checkpoint: starting again, reusing written episodes")
         # step 0's baseline: the model as loaded
         publish()
-        final = evaluation(0, "baseline")
+        evaluation(0, "baseline")
         if cfg.warm_start is not None:
-            final = warm_start_stage(
-                cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish
-            )
+            set_phase("the warm start")
+            warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish)
             save_checkpoint(
                 run_dir, -1, bundle.model, None, sampler, {"seed": t.seed}, keep=t.keep_last
             )
+            if stop.requested:  # during the fine-tuning, which finished: it is kept
+                log(
+                    "stopped by a signal after the warm start (checkpoint written). "
+                    f"Resume with: {stop.resume_command}"
+                )
+                return final
+            evaluation(0, "warm_start")
     learner = run.learner()  # across ranks under torchrun
     if backend is not None and hasattr(sampler, "_model_lock"):
         # a turn served from the learner's weights may still run (for a lost worker) during
@@ -157,13 +187,25 @@ def _train(
         start = ckpt.step + 1
         trim_metrics(run_dir, ckpt.step)
         log(f"resumed from {ckpt.path} (step {ckpt.step}, policy version {ckpt.policy_version})")
-        if start >= t.steps and not has_eval(run_dir, t.steps):
-            # stopped after the last step, before its evaluation
-            final = evaluation(t.steps)
+        warm = cfg.warm_start is not None and ckpt.step == -1
+        if warm and not has_eval(run_dir, 0, stage="warm_start"):
+            evaluation(0, "warm_start")  # stopped after the warm start, before its evaluation
+        if ckpt.step >= 0 and evaluate_after(ckpt.step) and not has_eval(run_dir, start):
+            # stopped after the step, before (or during) the evaluation that follows it
+            evaluation(start)
     grpo = run.grpo
     bars.steps(t.steps, done=min(start, t.steps))
-    stop = _Stop()
     futility = Futility(t.stop_unlearnable_steps, run_dir)
+
+    # the last step whose update is in the weights, and the last one checkpointed
+    updated = {"step": ckpt.step if ckpt is not None else None}
+    saved = dict(updated)
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(
+            run_dir, step, bundle.model, learner, sampler, {"seed": t.seed}, keep=t.keep_last
+        )
+        saved["step"] = step
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
         """Log the step and checkpoint; False when a signal asked to stop."""
@@ -189,47 +231,46 @@ def _train(
             log(warning)
         futile = futility.observe(step, episodes, m)
         last = (step + 1) % t.checkpoint_every == 0 or step == t.steps - 1
+        updated["step"] = step
         if last or stop.requested or futile is not None:
-            save_checkpoint(
-                run_dir, step, bundle.model, learner, sampler, {"seed": t.seed}, keep=t.keep_last
-            )
+            checkpoint(step)
         if futile is not None:  # written and resumable: --resume goes on once it is fixed
             raise futile
         if stop.requested:
-            log(f"stopped by a signal after step {step}; checkpoint written")
+            log(
+                f"stopped by a signal after step {step} (checkpoint written). "
+                f"Resume with: {stop.resume_command}"
+            )
         publish()  # before the evaluation after the step and the next step's rollouts
         return not stop.requested
 
-    def evaluate_after(step: int) -> bool:
-        return step == t.steps - 1 or bool(t.eval_every and (step + 1) % t.eval_every == 0)
-
-    try:
-        if t.mode == "async":
-            return (
-                asyncio.run(
-                    _train_async(
-                        cfg,
-                        env,
-                        policy,
-                        learner,
-                        reward,
-                        grpo,
-                        start,
-                        run.tasks,
-                        record,
-                        evaluate_after,
-                        evaluation_async,
-                        bars,
-                        backend,
-                    )
-                )
-                or final
+    if t.mode == "async":
+        set_phase("asynchronous training")
+        out = asyncio.run(
+            _train_async(
+                cfg,
+                env,
+                policy,
+                learner,
+                reward,
+                grpo,
+                start,
+                run.tasks,
+                record,
+                evaluate_after,
+                evaluation_async,
+                bars,
+                backend,
             )
+        )
+        return out or final
+    try:
         for step in range(start, t.steps):
-            if stop.requested:  # a signal during the last evaluation: stop before a new step
-                log(f"stopped by a signal before step {step}")
+            if stop.requested:  # between phases: stop before a new step
+                log(f"stopped by a signal before step {step}. Resume with: {stop.resume_command}")
                 return final
             t0 = time.perf_counter()
+            set_phase(f"step {step}")
             bars.phase(f"step {step} rollouts", cfg.env.tasks_per_step * t.group_size)
             m, episodes = grpo_step(
                 env,
@@ -248,9 +289,12 @@ def _train(
             if not record(step, m, episodes, t0):
                 return final
             if evaluate_after(step):
-                final = evaluation(step + 1)
-    finally:
-        stop.restore()
+                evaluation(step + 1)
+    except StopRun:
+        # rollouts or an evaluation were cancelled: the last update is kept all the same
+        if updated["step"] is not None and updated["step"] != saved["step"]:
+            checkpoint(updated["step"])
+        raise
     return final
 
 

@@ -108,5 +108,9 @@ def trim_metrics(run_dir: Path, step: int | None) -> None:
     tmp.replace(path)
 
 
-def has_eval(run_dir: Path, step: int) -> bool:
-    return any(r.get("phase") == "eval" and r.get("step") == step for r in metric_rows(run_dir))
+def has_eval(run_dir: Path, step: int, stage: str | None = None) -> bool:
+    """Whether an evaluation (of `stage`, when given) after `step` steps is logged."""
+    return any(
+        r.get("phase") == "eval" and r.get("step") == step and stage in (None, r.get("stage"))
+        for r in metric_rows(run_dir)
+    )

@@ -35,7 +35,7 @@ from tracerl.rollout.groups import RolloutBackend, run_groups
 from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.reference import reference_policy
 from tracerl.rollout.runner import Episode, Policy
-from tracerl.train.evaluation import evaluate
+from tracerl.train.interrupt import cancellable
 from tracerl.train.metrics import gradient_eligible
 from tracerl.train.sft import sft
 
@@ -72,20 +72,22 @@ def warm_start(
     if progress is not None:
         progress.phase("warm-start episodes", len(tasks))
     groups = asyncio.run(
-        run_groups(
-            env,
-            tasks,
-            reference_policy(
-                bundle.renderer, bundle.spec, probe, tasks, parser, summary_instruction(rollout)
-            ),
-            rollout,
-            group_size=1,
-            seed=0,
-            writer=EpisodeWriter(run_dir / "warm_start", 0),
-            done=done,
-            on_episode=None if progress is None else progress.advance,
-            score=reward,
-            backend=backend,
+        cancellable(  # a stop request: the reference episodes written so far are reused
+            run_groups(
+                env,
+                tasks,
+                reference_policy(
+                    bundle.renderer, bundle.spec, probe, tasks, parser, summary_instruction(rollout)
+                ),
+                rollout,
+                group_size=1,
+                seed=0,
+                writer=EpisodeWriter(run_dir / "warm_start", 0),
+                done=done,
+                on_episode=None if progress is None else progress.advance,
+                score=reward,
+                backend=backend,
+            )
         )
     )
     episodes = [g[0] for g in groups]
@@ -124,9 +126,10 @@ def warm_start_stage(
     backend: RolloutBackend | None = None,
     publish: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """The run's warm-start stage: SFT on the reference agent (see `warm_start`), logged,
-    then the evaluation RL must beat. `publish` gives a sampling engine that does not share
-    the learner's weights (a server) the fine-tuned ones."""
+    """The run's warm-start stage: SFT on the reference agent (see `warm_start`), logged; its
+    metrics. The loop then checkpoints and runs the evaluation RL must beat (stage
+    ``warm_start``). `publish` gives a sampling engine that does not share the learner's
+    weights (a server) the fine-tuned ones."""
     ws, run_dir = cfg.warm_start, cfg.run_dir
     assert ws is not None
     tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
@@ -157,4 +160,4 @@ def warm_start_stage(
     policy.sampler.policy_version += 1  # the fine-tuned weights: a new version, evaluated
     if publish is not None:
         publish()
-    return evaluate(cfg, env, probe, policy, reward, sink, 0, bars, "warm_start", backend)
+    return m
