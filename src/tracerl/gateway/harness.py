@@ -12,6 +12,7 @@ import copy
 import ctypes
 import functools
 import inspect
+import logging
 import ssl
 import threading
 import traceback
@@ -22,6 +23,8 @@ from typing import Any
 from tracerl.envs.base import Env, StepResult
 from tracerl.errors import UserError
 from tracerl.imports import load_object
+
+log = logging.getLogger("tracerl")
 
 OPENAI_PIP = "pip install 'tracerl[agents]'"
 ANTHROPIC_PIP = "pip install anthropic"
@@ -190,6 +193,7 @@ class AgentThread(threading.Thread):
 
     def _run_async(self) -> Any:
         self.loop = loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_quiet_foreign_close)
 
         async def main() -> Any:
             how = self._connection("AsyncOpenAI")
@@ -223,6 +227,22 @@ class AgentThread(threading.Thread):
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self.ident), ctypes.py_object(AgentStopped)
             )
+
+
+def _quiet_foreign_close(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The episode loop's handler of errors nobody awaited: an HTTP client of an earlier
+    episode, garbage-collected here, closing itself on this loop while its connections
+    belong to that episode's closed loop ("Event loop is closed"). LangChain's `ChatOpenAI`
+    caches one client per base URL and closes it so (`_AsyncHttpxClientWrapper.__del__`):
+    with a base URL per episode, every episode would print that traceback. It is logged at
+    debug level; anything else goes to the default handler."""
+    error, task = context.get("exception"), context.get("task") or context.get("future")
+    coro = getattr(task, "get_coro", lambda: None)()
+    closing = getattr(coro, "__qualname__", "").endswith("aclose")
+    if isinstance(error, RuntimeError) and "Event loop is closed" in str(error) and closing:
+        log.debug("an earlier episode's HTTP client closed on a later loop: %s", error)
+        return
+    loop.default_exception_handler(context)
 
 
 class HarnessEnv(Env):
