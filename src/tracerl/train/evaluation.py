@@ -78,6 +78,12 @@ async def evaluate_async(
             f" (warning: {infra:.0%} of its episodes were infrastructure failures, the "
             "environment's; they count as unsolved)"
         )
+    evaluator = m.get(f"eval/{split}/attribution/episodes_evaluator", 0.0)
+    if evaluator >= 0.5:  # a success rate the reward code could not measure must say so
+        line += (
+            f" (warning: the reward crashed on {evaluator:.0%} of its "
+            f"episodes, the evaluator's; `tracerl triage {run_dir}` says why)"
+        )
     bars.line(line)
     return m
 
