@@ -52,6 +52,25 @@ def test_an_update_raises_what_was_rewarded_and_lowers_what_was_not(tiny, model)
     assert m["train/micro_batches"] >= 2 and m["train/grad_norm"] > 0
 
 
+def test_an_update_shows_its_micro_batches_on_the_progress_bars(tiny, model):
+    class Bars:
+        def __init__(self):
+            self.phases, self.advanced = [], 0
+
+        def phase(self, description, total):
+            self.phases.append((description, total))
+
+        def advance(self, _=None):
+            self.advanced += 1
+
+    trajs = [e.trajectories[0] for e in _episodes(tiny, model)]
+    learner = Learner(model, LearnerConfig(lr=1e-4, micro_batch_tokens=64, epochs=2))
+    learner.progress = bars = Bars()
+    m = learner.update(trajs, [1.0, -1.0])
+    total = 2 * int(m["train/micro_batches"])
+    assert bars.phases == [("update micro-batches", total)] and bars.advanced == total
+
+
 def test_a_grpo_step_trains_only_on_eligible_episodes(tiny, model):
     # scripted answers that end their turn, so the env's answer handler runs
     sampler = ScriptedSampler.from_texts(tiny.renderer, lambda r: f"Answer {r.episode_id[-1]}.")

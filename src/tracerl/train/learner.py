@@ -127,6 +127,8 @@ class Learner:
             self._body = torch.compile(model.get_decoder(), dynamic=True)
         self.updates = 0
         self.weights_lock: Any = contextlib.nullcontext()
+        self.progress: Any = None
+        """A `tracerl.report.progress` object: an update shows its micro-batches on it."""
         """Held while the optimizer writes the weights: an in-process sampler that shares
         them (async training) holds it for each generation, so a turn never sees half an
         update."""
@@ -238,6 +240,8 @@ class Learner:
         sums: dict[str, float] = {}
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr * lr_scale
+        if self.progress is not None:  # an update takes a while: it shows it is moving
+            self.progress.phase("update micro-batches", self.cfg.epochs * len(batches))
         with _training_mode(self.trained, self.cfg.gradient_checkpointing):
             grad_norm = self._epochs(batches, weights, refs, clip, sums, passes)
         sums = self.strategy.reduce_metrics(sums)
@@ -291,6 +295,8 @@ class Learner:
                     loss = loss + self.cfg.kl_coef * kl_loss
                     m["kl"] = kl_loss.item()
                 (loss * (share * scale)).backward()
+                if self.progress is not None:
+                    self.progress.advance()
                 for key, v in {"loss": loss.item(), **m}.items():
                     if key.endswith("_max"):  # a max over the step, not a weighted mean
                         if share > 0:  # a micro-batch without policy tokens has no max

@@ -176,6 +176,7 @@ def _phases(
                 return final
             evaluation(0, "warm_start")
     learner = run.learner()  # across ranks under torchrun
+    learner.progress = bars  # an update's micro-batches on the bars
     if backend is not None and hasattr(sampler, "_model_lock"):
         # a turn served from the learner's weights may still run (for a lost worker) during
         # an update
