@@ -190,23 +190,42 @@ def _context_length(model: Any, cap: int) -> int:
 def base_folder(bundle: Any, workdir: Path) -> Path:
     """A Hugging Face folder with the model's initial weights (LoRA adapters left out) and
     tokenizer, for the server to load: the model cache's or the user's folder when the model
-    came from one, else written to ``workdir/base``."""
+    came from one, else written once to the cache (``$TRACERL_CACHE/vllm/base/``), named by
+    the model and a hash of its weights. The folder's path is part of vLLM's compile-cache
+    key: a folder of its own per run (as ``workdir/base`` was) made every start compile
+    again. `workdir` is kept for callers; nothing is written there."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    from tracerl.cache import cache_dir, save_folder_atomically
+
     for key in ("cache", "path"):
         folder = Path(bundle.info.get(key) or "/nonexistent")
         if bundle.origin in ("cache", "gguf", "hf") and (folder / "config.json").is_file():
             return folder
-    from safetensors.torch import save_file
-
-    target = workdir / "base"
-    target.mkdir(parents=True, exist_ok=True)
     model = bundle.model
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    base.config.save_pretrained(target)
-    bundle.tokenizer.save_pretrained(target)
     tensors = {}
-    for key, value in base.state_dict().items():
+    digest = hashlib.sha256()
+    for key, value in sorted(base.state_dict().items()):
         if "lora_" in key:
             continue
-        tensors[key.replace(".base_layer.", ".")] = value.detach().to("cpu").clone().contiguous()
-    save_file(tensors, str(target / "model.safetensors"))
+        name = key.replace(".base_layer.", ".")
+        tensors[name] = value.detach().to("cpu").clone().contiguous()
+        digest.update(name.encode())
+        digest.update(tensors[name].view(-1).view(torch.uint8).numpy().tobytes())
+    label = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(bundle.model_id))
+    target = cache_dir() / "vllm" / "base" / f"{label[:80]}-{digest.hexdigest()[:16]}"
+    if (target / "model.safetensors").is_file():
+        return target
+
+    def write(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        base.config.save_pretrained(folder)
+        bundle.tokenizer.save_pretrained(folder)
+        save_file(tensors, str(folder / "model.safetensors"))
+
+    save_folder_atomically(target, write)
     return target

@@ -194,6 +194,12 @@ class VLLMServer:
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        # vLLM's AOT compile cache (on by default with torch >= 2.10) does not load back on
+        # CPU here (vLLM 0.32: "Compiling model again due to a load failure ... 'function'
+        # object has no attribute 'finalize_loading'"), so every start compiled again; its
+        # older torch.compile cache loads (a second start of SmolLM2 skips the compile).
+        # A value the user set wins.
+        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         if s.executor == "uni":  # else vLLM-CPU turns `uni` back into `mp`
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if s.threads is not None:  # cores 0..threads-1; vLLM otherwise keeps one for itself
