@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -83,3 +85,31 @@ def test_demo_runs_and_writes_episodes_that_read_back(tmp_path):
     trajs = read_trajectories(path)
     assert len(trajs) >= 2
     assert all(sum(t.loss_mask) == t.count(Source.POLICY) > 0 for t in trajs)
+
+    # the demo's table, triage and show say the same owner for every episode
+    from tracerl.report.run import iter_episodes
+    from tracerl.report.terminal import print_episode
+    from tracerl.report.triage import classify
+
+    log = (tmp_path / "log.txt").read_text()
+    owners = {}
+    for line in log.splitlines():  # the table: agent, task/g, stop reason, owner, train
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 5 and cells[1] in ("model", "ref"):
+            owners.setdefault(cells[4], 0)
+            owners[cells[4]] += 1
+    episodes = list(iter_episodes(tmp_path / "demo"))
+    assert sum(owners.values()) == len(episodes) and owners
+    for owner, n in owners.items():
+        mine = [e for e in episodes if e.attribution == owner]
+        assert len(mine) == n, (owner, owners)
+        for e in mine:  # triage's bucket is that owner's (a success is the policy's too)
+            bucket = classify(e).bucket
+            assert bucket == owner or (owner == "policy" and bucket == "succeeded"), (
+                owner,
+                classify(e),
+            )
+            shown = Console(record=True, width=200)
+            print_episode(e, shown)
+            text = shown.export_text()
+            assert re.search(rf"^attribution +{owner}\b", text, re.M), text

@@ -19,9 +19,11 @@ not on the reward curve. Every episode falls in exactly one bucket:
                                     edits, a format of one's own): named, with its evidence
                    wrong_answer     an outcome component failed and no gold answer can be
                                     looked for: named, with its evidence
+                   unscored         the policy's rollout, but nothing scored it (a run with
+                                    no reward, as `tracerl demo`)
     environment    an outage or degraded service shaped the episode (never the policy's)
     evaluator      the reward code crashed, or nothing could decide (undecided near miss,
-                   unknown attribution, an unscored episode)
+                   unknown attribution, an unscored rollout of unknown owner)
 
 The policy kinds are the design notes' "selected a tool without permission, ignored
 necessary evidence or stopped too early", plus format, budget and the honest remainder.
@@ -49,6 +51,7 @@ POLICY_KINDS = (
     "out_of_budget",
     "constraint_violated",
     "wrong_answer",
+    "unscored",
 )
 _TOOL_FAULTS = {"unknown_tool", "forbidden_tool", "invalid_arguments"}
 _BUDGET_STOPS = {
@@ -115,8 +118,9 @@ def classify(ep: EpisodeRecord) -> Verdict:
             kind,
             f"environment-attributed ({', '.join(dict.fromkeys(infra)) or kind})",
         )
-    if r is None:
-        return Verdict("evaluator", "unscored", "no reward was recorded for this episode")
+    if r is None:  # nothing scored it (`tracerl demo` scores none): the rollout's owner's
+        owner = "policy" if ep.attribution == "policy" else "evaluator"
+        return Verdict(owner, "unscored", "no reward was computed for this episode")
     if r.error is not None or ep.attribution == "evaluator":
         return Verdict("evaluator", "evaluator_crashed", r.error or "evaluator-attributed")
     if ep.attribution == "unknown":
