@@ -59,19 +59,20 @@ def metrics(run: Path) -> list[dict[str, Any]]:
 
 
 def curve(run: Path) -> list[tuple[int, float, float]]:
-    """(step, student-sampled tokens so far, held-out success) at each evaluation."""
+    """(step, student-sampled tokens so far, held-out success) at each evaluation (the
+    warm start's at step 0, when there is one)."""
     rows = metrics(run)
     spent, by_step = 0.0, {}
     for r in rows:
         if r.get("phase") == "train":
             spent += r.get("cost/sampled_tokens_mean", 0.0) * r.get("train/episodes_sampled", 0)
             by_step[int(r["step"]) + 1] = spent  # an evaluation after step s: s + 1 updates
-    out = []
-    for r in rows:
+    out: dict[int, tuple[int, float, float]] = {}
+    for r in rows:  # at step 0 the baseline, then the warm start's: the last one stands
         if r.get("phase") == "eval" and "eval/heldout/success_rate" in r:
             step = int(r.get("step", 0))
-            out.append((step, by_step.get(step, 0.0), float(r["eval/heldout/success_rate"])))
-    return out
+            out[step] = (step, by_step.get(step, 0.0), float(r["eval/heldout/success_rate"]))
+    return [out[s] for s in sorted(out)]
 
 
 def teacher(out: Path, extra: list[str]) -> tuple[Path, float, float]:
