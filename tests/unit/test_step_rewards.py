@@ -249,3 +249,24 @@ def test_a_run_with_a_per_step_component_says_so_on_its_dashboard(tmp_path):
     assert "train/reward/errors" in next(r for r in rows if r["phase"] == "train")
     html = (run / "report" / "index.html").read_text()
     assert "process, per step" in html and "per turn: turn_returns" in html
+
+
+def test_the_attribution_label_names_the_rollouts_owner_not_the_episodes():
+    """A component that crashes after the label makes the episode the evaluator's; the label
+    said whose the rollout was (``rollout_attribution``), never "attribution: policy" beside
+    an episode that is the evaluator's."""
+
+    def broken(c: RewardContext) -> Score:
+        raise ZeroDivisionError("verifier bug")
+
+    s = RewardSpec.from_yaml(
+        "components:\n"
+        "  - {name: attribution, fn: attribution_label, layer: attribution, weight: 0.0}\n"
+        "  - {name: em, fn: exact_match, layer: outcome, weight: 1.0}\n"
+    )
+    from tracerl.rewards.compose import COMPONENTS
+
+    out = compose(s, ctx(), {**COMPONENTS, "exact_match": broken})  # a bug in its verifier
+    assert out.attribution is Attribution.EVALUATOR and out.error
+    label = out.components[0].evidence
+    assert label["rollout_attribution"] == "policy" and "attribution" not in label

@@ -148,8 +148,13 @@ def evidence_gain(ctx: RewardContext) -> Score:
 
 @component("attribution_label")
 def attribution_label(ctx: RewardContext) -> Score:
-    """Attribution layer: no value, a label — whose outcome this is, and why it ended."""
-    return Score(0.0, {"attribution": ctx.attribution.value, "stop_reason": ctx.stop_reason})
+    """Attribution layer: no value, a label — whose rollout this is (``rollout_attribution``,
+    the seeds' name) and why it ended. The episode's owner can still change after it: a
+    reward component that crashes makes the episode the evaluator's, whatever the rollout
+    was (`tracerl show` prints both)."""
+    return Score(
+        0.0, {"rollout_attribution": ctx.attribution.value, "stop_reason": ctx.stop_reason}
+    )
 
 
 SEARCH_REWARD = """
