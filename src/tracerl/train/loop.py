@@ -87,34 +87,21 @@ def train(
     try:
         with run.engine(run_dir, bars.line) as engine, run.rollouts(engine) as backend:
             command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
+            final: dict[str, float] = {}  # the latest evaluation's metrics
             with Interrupts(command) as interrupts:
-                return _train(run, ckpt, resume, engine, sink, bars, backend, interrupts)
+                try:
+                    return _train(run, ckpt, resume, engine, sink, bars, backend, interrupts, final)
+                except StopRun as e:
+                    bars.line(
+                        f"stopped by a signal during {e.phase}; the episodes finished so far "
+                        f"are kept. Resume with: {interrupts.resume_command}"
+                    )
+                    return final
     finally:
         sink.close()
 
 
 def _train(
-    run: Run,
-    ckpt: Any,
-    resume: bool,
-    engine: Engine,
-    sink: MetricsLog,
-    bars: QuietProgress,
-    backend: RolloutBackend | None,
-    interrupts: Interrupts,
-) -> dict[str, float]:
-    final: dict[str, float] = {}
-    try:
-        return _phases(run, ckpt, resume, engine, sink, bars, backend, interrupts, final)
-    except StopRun as e:
-        bars.line(
-            f"stopped by a signal during {e.phase}; the episodes finished so far are "
-            f"kept. Resume with: {interrupts.resume_command}"
-        )
-        return final
-
-
-def _phases(
     run: Run,
     ckpt: Any,
     resume: bool,
