@@ -8,7 +8,9 @@ For each mistake: the median wall time of `tracerl train configs/demo.yaml <mist
 `--repeat` runs, whether torch was imported before the error (``-X importtime``), and the
 ratio to two baselines measured in the same run: `tracerl --version` (the floor: Python and
 the command) and `python -c "import torch"` (what the error would cost if it came after
-torch). On an idle 2-core machine a mistake should take well under a second.
+torch). On an idle 2-core machine a mistake should take well under a second: measured
+0.56-0.69 s per mistake, `tracerl --version` 0.14 s, `import torch` 1.87 s (5 runs each,
+torch never loaded before the error).
 """
 
 from __future__ import annotations
