@@ -87,6 +87,16 @@ def options(
         tracebacks[0] = True
 
 
+def configs_here() -> list[Path]:
+    """The run configs in the working directory's ``configs/`` and ``examples/``."""
+    return sorted(p for d in ("configs", "examples") for p in Path(d).glob("*.yaml"))
+
+
+def run_folder(run: Path) -> Path:
+    """A run directory as given, or a name under ``runs/``."""
+    return Path("runs") / run if not run.exists() and (Path("runs") / run).exists() else run
+
+
 def fail(message: str, hint: str | None = None) -> typer.Exit:
     """Print an error for a person (no traceback, no markup) and return the exit to raise."""
     err_console.print(f"error: {message}", markup=False, highlight=False)

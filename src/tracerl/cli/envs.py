@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tracerl.cli.common import console, fail
+from tracerl.cli.common import configs_here, console, fail
 
 
 def check_env_cmd(
@@ -93,7 +93,7 @@ def list_command() -> None:
     console.print("model specs (model.spec):", markup=False)
     for name in [*MODEL_SPECS, "hf:DIR"]:
         console.print(f"  {name}", markup=False, highlight=False)
-    found = sorted(p for d in ("configs", "examples") for p in Path(d).glob("*.yaml"))
+    found = configs_here()
     if found:
         console.print("configs here (tracerl train CONFIG):", markup=False)
         for p in found:

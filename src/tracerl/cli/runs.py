@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tracerl.cli.common import console, fail, write_report
+from tracerl.cli.common import console, fail, run_folder, write_report
 
 
 def show(
@@ -101,8 +101,7 @@ def replay(
         )
     episode = episode_id or episode
     assert episode is not None
-    if not run.exists() and (Path("runs") / run).exists():
-        run = Path("runs") / run
+    run = run_folder(run)
     # any episode of the run: training, evaluations, the warm start's reference
     trajectories = find_episode(check_run_dir(run), episode).trajectories
     if live:

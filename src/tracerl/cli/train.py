@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from tracerl.cli.common import console, err_console, fail, prepare_config, write_report
+from tracerl.cli.common import (
+    configs_here,
+    console,
+    err_console,
+    fail,
+    prepare_config,
+    run_folder,
+    write_report,
+)
 
 
 def train(
@@ -66,7 +74,7 @@ def train(
 
 def _usage() -> None:
     """Usage and the configs found here, on stderr; exit 2."""
-    found = sorted(p for d in ("configs", "examples") for p in Path(d).glob("*.yaml"))
+    found = configs_here()
     lines = ["usage: tracerl train CONFIG [key=value ...] [--resume] [--print-config]"]
     if found:
         lines += ["configs here:", *(f"  {p}" for p in found)]
@@ -140,8 +148,7 @@ def export(
     run, step and policy version it is. An existing folder is never overwritten."""
     from tracerl.train.export import export_run
 
-    if not run.exists() and (Path("runs") / run).exists():
-        run = Path("runs") / run
+    run = run_folder(run)
     receipt = export_run(run, out, step)
     console.print(
         f"exported {run} after step {receipt['step']} (policy version "

@@ -63,6 +63,10 @@ class Interrupts:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
+    def stopped(self, when: str) -> str:
+        """The line a stopped run ends with: when it stopped, and how to resume it."""
+        return f"stopped by a signal {when}. Resume with: {self.resume_command}"
+
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested and signum == signal.SIGINT:
             _say("\nCtrl-C again: aborting now (--resume reuses the episodes already written)\n")
@@ -81,10 +85,6 @@ def _say(text: str) -> None:
     # straight to the file descriptor: a handler must not wait on a console's lock
     with contextlib.suppress(OSError):
         os.write(2, text.encode())
-
-
-def stop_requested() -> bool:
-    return Interrupts.current is not None and Interrupts.current.requested
 
 
 def set_phase(phase: str) -> None:

@@ -93,8 +93,9 @@ def train(
                     return _train(run, ckpt, resume, engine, sink, bars, backend, interrupts, final)
                 except StopRun as e:
                     bars.line(
-                        f"stopped by a signal during {e.phase}; the episodes finished so far "
-                        f"are kept. Resume with: {interrupts.resume_command}"
+                        interrupts.stopped(
+                            f"during {e.phase}; the episodes finished so far are kept"
+                        )
                     )
                     return final
     finally:
@@ -156,10 +157,7 @@ def _train(
                 run_dir, -1, bundle.model, None, sampler, {"seed": t.seed}, keep=t.keep_last
             )
             if stop.requested:  # during the fine-tuning, which finished: it is kept
-                log(
-                    "stopped by a signal after the warm start (checkpoint written). "
-                    f"Resume with: {stop.resume_command}"
-                )
+                log(stop.stopped("after the warm start (checkpoint written)"))
                 return final
             evaluation(0, "warm_start")
     learner = run.learner()  # across ranks under torchrun
@@ -225,10 +223,7 @@ def _train(
         if futile is not None:  # written and resumable: --resume goes on once it is fixed
             raise futile
         if stop.requested:
-            log(
-                f"stopped by a signal after step {step} (checkpoint written). "
-                f"Resume with: {stop.resume_command}"
-            )
+            log(stop.stopped(f"after step {step} (checkpoint written)"))
         publish()  # before the evaluation after the step and the next step's rollouts
         return not stop.requested
 
@@ -255,7 +250,7 @@ def _train(
     try:
         for step in range(start, t.steps):
             if stop.requested:  # between phases: stop before a new step
-                log(f"stopped by a signal before step {step}. Resume with: {stop.resume_command}")
+                log(stop.stopped(f"before step {step}"))
                 return final
             t0 = time.perf_counter()
             set_phase(f"step {step}")
