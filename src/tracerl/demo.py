@@ -30,9 +30,11 @@ from rich.table import Table
 from tracerl.config import RunConfig
 from tracerl.envs import FaultInjector
 from tracerl.envs.refund_desk import reference_plan
+from tracerl.report.progress import RichProgress
 from tracerl.report.run import find_episode
 from tracerl.report.terminal import print_trajectory
 from tracerl.rollout import ScriptedSampler
+from tracerl.rollout.activity import ACTIVITY
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.groups import episode_member, episode_task_id, rollout_metrics, run_groups
 from tracerl.rollout.persist import EpisodeWriter, read_run_trajectories, step_file
@@ -153,10 +155,11 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     console = console or Console()
     console.rule("[bold]tracerl demo: refund_desk under injected faults")
     t0 = time.perf_counter()
+    console.print(f"loading {DEMO_RUN.model.spec} ...", highlight=False)
     run = Run.model_only(DEMO_RUN)
     bundle, sampler = run.bundle, run.sampler
     how = "converted from the GGUF and cached" if bundle.origin == "gguf" else "from the cache"
-    console.print(f"loaded {bundle.model_id} {how} in {bundle.load_seconds:.1f} s")
+    console.print(f"loaded {bundle.model_id} {how} in {bundle.load_seconds:.1f} s", highlight=False)
     path = step_file(out_dir, 0)
     path.unlink(missing_ok=True)  # a fresh demo run
     writer = EpisodeWriter(out_dir, step=0)
@@ -165,22 +168,25 @@ def main(out_dir: str = "runs/demo", console: Console | None = None) -> Path:
     def env() -> FaultInjector:
         return FaultInjector(run.env(), rate=0.3, seed=1)
 
-    async def both() -> list[list[list[Episode]]]:
-        model = run_groups(
-            env,
-            tasks,
-            run.policy,
-            CONFIG,
-            group_size=4,
-            seed=7,
-            writer=writer,
-        )
-        scripted = run_groups(
-            env, tasks, reference_policy(bundle, tasks), CONFIG, group_size=4, seed=8, writer=writer
-        )
-        return list(await asyncio.gather(model, scripted))
+    async def both(bars: RichProgress) -> list[list[list[Episode]]]:
+        def groups(policy: Policy, seed: int) -> Any:
+            return run_groups(
+                env,
+                tasks,
+                policy,
+                CONFIG,
+                group_size=4,
+                seed=seed,
+                writer=writer,
+                on_episode=bars.advance,
+            )
 
-    model_groups, scripted_groups = asyncio.run(both())
+        scripted = reference_policy(bundle, tasks)
+        return list(await asyncio.gather(groups(run.policy, 7), groups(scripted, 8)))
+
+    with RichProgress(console, sampled=ACTIVITY.totals) as bars:
+        bars.phase("demo episodes", 2 * len(tasks) * 4)
+        model_groups, scripted_groups = asyncio.run(both(bars))
     rows = [("model", e) for g in model_groups for e in g]
     rows += [("ref", e) for g in scripted_groups for e in g]
     episodes = [e for _, e in rows]

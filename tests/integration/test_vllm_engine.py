@@ -112,13 +112,19 @@ def _gap(a: list[float], b: list[float]) -> float:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def engine_lines():
+    """What the shared engine told the user while it started."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, engine_lines):
     """A vLLM engine over tiny-random-hd64 (full weights), its bundle and policy."""
     tmp = tmp_path_factory.mktemp("engine")
     cfg = RunConfig(model={"spec": "tiny-random-hd64", "engine": "vllm", "vllm": SMALL})
     bundle = load("tiny-random-hd64")
     policy = Policy.from_bundle(bundle, None, get_parser("json_list"))  # the engine's sampler
-    with open_engine(cfg, bundle, policy, tmp, log=lambda line: None) as e:
+    with open_engine(cfg, bundle, policy, tmp, log=engine_lines.append) as e:
         e.publish(bundle.model, 0)
         yield e, bundle
 
@@ -139,6 +145,18 @@ def recording(e):
         yield answers
     finally:
         e.sampler.result = result
+
+
+def test_the_servers_start_is_told_stage_by_stage(engine, engine_lines):
+    e, _ = engine
+    stages = [line for line in engine_lines if line.startswith("vLLM: ")]
+    assert stages[0] == f"vLLM: starting (its log: {e.server.log})"
+    said = " | ".join(stages)
+    for stage in ("starting the engine process", "loading the weights", "allocating the KV"):
+        assert f"vLLM: {stage}" in said, said
+    assert stages[-1].startswith("vLLM: sampling a first token")
+    up = engine_lines[len(stages)]
+    assert up.startswith("vLLM engine (bfloat16) up at http://127.0.0.1:"), up
 
 
 def test_trajectories_hold_exactly_what_the_server_returned(engine):

@@ -1,6 +1,7 @@
 """What the commands share: the consoles, the ``--debug`` flag (`tracebacks`), the command
 group that turns a `tracerl.errors.UserError` into two lines and exit status 2, `fail`, the
-run config a command is given (`prepare_config`) and the run's dashboard (`write_report`).
+run config a command is given (`prepare_config`), the progress bars (`progress_bars`) and
+the run's dashboard (`write_report`).
 
 Command modules import this and lower layers only, never each other.
 """
@@ -123,6 +124,15 @@ def prepare_config(config: Path | None, overrides: list[str] | None) -> Any:
     for warning in prepared.warnings:
         err_console.print(f"warning: {warning}", markup=False, highlight=False)
     return prepared
+
+
+def progress_bars() -> Any:
+    """The console's progress bars (`tracerl.report.progress.RichProgress`), each phase's
+    bar showing the turns and tokens sampled since it began."""
+    from tracerl.report.progress import RichProgress
+    from tracerl.rollout.activity import ACTIVITY
+
+    return RichProgress(console, sampled=ACTIVITY.totals)
 
 
 def write_report(run: Path, n: int = 100) -> Path:

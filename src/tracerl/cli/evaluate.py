@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tracerl.cli.common import console, fail, prepare_config
+from tracerl.cli.common import console, fail, prepare_config, progress_bars
 
 
 def eval_command(
@@ -42,7 +42,6 @@ def eval_command(
     With CONFIG: its model on its environment's eval split (and adversarial split, if set),
     scored by its reward, into --out (a run directory `show`, `triage` and `report` read).
     Without: a model on held-out search questions (--corpus, --protocol, --split)."""
-    from tracerl.report.progress import RichProgress
     from tracerl.train.resume import refuse_existing_run
 
     if n is not None and n < 1:
@@ -60,7 +59,7 @@ def eval_command(
                 "env.eval_split=...)",
             )
         prepared = prepare_config(config, [*(overrides or []), f"trainer.seed={seed}"])
-        with RichProgress(console) as bars:
+        with progress_bars() as bars:
             metrics = evaluate_config(prepared, out, n=n, progress=bars)
         written = out / "eval"
     else:
@@ -81,7 +80,7 @@ def eval_command(
         sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
         parser = get_parser("search_r1") if protocol == "search_r1" else None
         policy = Policy.from_bundle(bundle, sampler, parser)
-        with RichProgress(console) as bars:
+        with progress_bars() as bars:
             metrics = evaluate(
                 policy,
                 corpus=corpus,

@@ -16,6 +16,7 @@ from tracerl.cli.common import (
     err_console,
     fail,
     prepare_config,
+    progress_bars,
     run_folder,
     write_report,
 )
@@ -52,7 +53,6 @@ def train(
     if print_config:
         sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
-    from tracerl.report.progress import RichProgress
     from tracerl.train.distributed import group
     from tracerl.train.loop import train as run_training
     from tracerl.train.run import Run
@@ -62,7 +62,7 @@ def train(
         if not here.ranks.main:
             group.follow(run, log=lambda line: err_console.print(line, markup=False))
             return
-        with RichProgress(console) as bars:
+        with progress_bars() as bars:
             run_training(cfg, resume=resume, progress=bars, run=run)
     from tracerl.report.terminal import print_evals
 
@@ -120,9 +120,8 @@ def sft(
             "imitate every episode with --all, or give a run that has successes",
         )
     bundle = load(model)
-    from tracerl.report.progress import RichProgress
 
-    with RichProgress(console) as bars:
+    with progress_bars() as bars:
         result = run_sft(bundle.model, trajectories, lr=lr, epochs=epochs, progress=bars)
     bundle.model.save_pretrained(out)
     bundle.tokenizer.save_pretrained(out)

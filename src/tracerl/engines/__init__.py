@@ -88,7 +88,11 @@ class VLLMEngine:
         )
         self.name = served_name(bundle.spec)
         self.server = VLLMServer(
-            base_folder(bundle, self.folder), self.name, settings, self.folder / "vllm.log"
+            base_folder(bundle, self.folder),
+            self.name,
+            settings,
+            self.folder / "vllm.log",
+            on_stage=log,
         )
         self.sampler = RemoteSampler(
             "http://unstarted",
@@ -106,9 +110,10 @@ class VLLMEngine:
     def start(self) -> None:
         t0 = time.perf_counter()
         self._connect(self.server.start())
+        compiled = {"cached": ", compiled graphs from the cache", "compiled": ", compiled"}
         self.log_line(
             f"vLLM engine ({self.server.settings.dtype}) up at {self.url} in "
-            f"{time.perf_counter() - t0:.0f} s; its log: {self.server.log}"
+            f"{time.perf_counter() - t0:.0f} s{compiled.get(self.server.compile or '', '')}"
         )
 
     def _connect(self, url: str) -> None:

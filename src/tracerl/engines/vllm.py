@@ -28,9 +28,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracerl.engines.startup import StartupWatch
 from tracerl.errors import UserError
 from tracerl.rollout.weight_sync import post
 
@@ -137,11 +139,25 @@ class ServerSettings:
 class VLLMServer:
     """One vLLM server over the model in `folder`, served as `name`; `log` receives its
     output. `start()` returns its URL once ``/health`` answers; `stop()` ends every process
-    of it. A trainer killed outright takes the server with it (the guard)."""
+    of it. A trainer killed outright takes the server with it (the guard). While it starts,
+    `on_stage` is told each stage its log reaches ("vLLM: loading the weights (12 s)"), and
+    again every `HEARTBEAT_S` a stage lasts; `compile` then says whether vLLM's compile
+    cache served the start ("cached") or it compiled ("compiled")."""
 
-    def __init__(self, folder: Path, name: str, settings: ServerSettings, log: Path) -> None:
+    HEARTBEAT_S = 30.0
+
+    def __init__(
+        self,
+        folder: Path,
+        name: str,
+        settings: ServerSettings,
+        log: Path,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> None:
         self.folder, self.name, self.settings = Path(folder).resolve(), name, settings
         self.log = Path(log).resolve()
+        self.on_stage = on_stage
+        self.compile: str | None = None
         self.url: str | None = None
         self.starts = 0
         self._guard: subprocess.Popen | None = None
@@ -243,6 +259,7 @@ class VLLMServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.log.with_suffix(".pid").unlink(missing_ok=True)
         read, self._pipe = os.pipe()
+        watch = StartupWatch(self.log)
         with open(self.log, "a") as out:
             out.write(f"\n=== tracerl: starting vLLM ({time.strftime('%H:%M:%S')}) ===\n")
             out.flush()
@@ -260,8 +277,18 @@ class VLLMServer:
         self.starts += 1
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         url = f"http://{host}:{port}"
-        t0 = time.monotonic()
+        t0 = told = time.monotonic()
+        if self.on_stage is not None:
+            self.on_stage(f"vLLM: starting (its log: {self.log})")
         while time.monotonic() - t0 < s.start_timeout_s:
+            stages, now = watch.poll(), time.monotonic()
+            for stage in stages:
+                self._stage(stage, now - t0)
+            if stages:
+                told = now
+            elif now - told >= self.HEARTBEAT_S:  # a long stage is never silent
+                self._stage(f"still {watch.stage}", now - t0)
+                told = now
             status = self._guard.poll()
             if status is not None:
                 self.stop()
@@ -272,6 +299,10 @@ class VLLMServer:
                 )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    for stage in watch.poll():  # written since the last look
+                        self._stage(stage, time.monotonic() - t0)
+                    self.compile = watch.compile
+                    self._stage("sampling a first token", time.monotonic() - t0)
                     self._first_request(url)
                     self.url = url
                     return url
@@ -282,6 +313,10 @@ class VLLMServer:
             f"its log ({self.log}) ends:\n{log_tail(self.log)}",
             "raise model.vllm.start_timeout_s on a slow machine",
         )
+
+    def _stage(self, what: str, elapsed: float) -> None:
+        if self.on_stage is not None:
+            self.on_stage(f"vLLM: {what} ({elapsed:.0f} s)")
 
     def _first_request(self, url: str) -> None:
         """One token, before anything relies on it: a model the server loads but cannot run

@@ -57,6 +57,7 @@ from tracerl.gateway.history import (
 )
 from tracerl.gateway.recording import finish_session, session_summary
 from tracerl.gateway.tree import SessionTree
+from tracerl.rollout import activity
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
 from tracerl.rollout.sampler import SampleResult, SamplerUnavailable
@@ -303,7 +304,7 @@ class GatewaySession:
             self.conv, self.cfg, self.ledger, self.seed, self.episode_id, asked=asked
         )
         try:
-            return await self.policy.sampler.sample(request)
+            return await activity.sample(self.policy.sampler, request)
         except SamplerUnavailable as e:  # the generation server is down: infrastructure
             self.env_fault, self.error = True, f"sampler unavailable: {e}"
             raise GatewayError(503, f"the model is unavailable: {e}", "sampler_unavailable") from e

