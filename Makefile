@@ -90,10 +90,10 @@ $(VERIFIERS_STAMP):
 
 verifiers: $(VERIFIERS_STAMP)
 
-# The rollout engine under injected faults (measured on 2 idle cores: 25 s on a first run,
-# 13 s of it converting the GGUF; 12 s once cached; 50-175 s while a test suite shared the
-# cores), then SmolLM2 learning to search (configs/demo.yaml, ~8 min on 2 idle cores, 11 on
-# a busy machine); each run starts fresh. The training run ends by writing its dashboard,
+# The rollout engine under injected faults (2 idle cores, 2026-12-03: 43 s on a first run,
+# which converts the GGUF; 21 s once cached), then SmolLM2 learning to search
+# (configs/demo.yaml, 13 min 46 s on the same day; README "How long things take" and
+# benchmarks/readme_times.py); each run starts fresh. The training run ends by writing its dashboard,
 # runs/demo-search/report/index.html, and printing that path.
 demo: $(STAMP)
 	$(VENV)/bin/tracerl demo

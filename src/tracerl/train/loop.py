@@ -82,6 +82,7 @@ def train(
     run.rehearse()  # one reset and one scoring, before the model loads and the run is written
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
+    bars.line(f"run {run_dir}: loading {cfg.model.spec} ...")
     run.policy  # noqa: B018  (the model loads before any sink opens)
     sink = run.sink(run_dir)
     try:

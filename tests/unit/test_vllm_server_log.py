@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from tracerl.engines.startup import StartupWatch
+from tracerl.engines.server_log import StartupWatch
 from tracerl.engines.vllm import ServerSettings, VLLMServer
 
 LOAD = "(Worker pid=7) INFO 12-03 22:37:18 [cpu_model_runner.py:68] Starting to load model /m..."

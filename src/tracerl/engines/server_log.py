@@ -1,5 +1,6 @@
-"""What a starting vLLM server is doing, read from its log as it grows: the stage a user sees
-while they wait (a first start on CPU compiles for minutes; later ones load the cache).
+"""What a vLLM server's log says: the stage a starting server has reached, read as the log
+grows (the user sees it while they wait: a first start on CPU compiles for minutes, later
+ones load the cache), and why a server failed (`log_tail`).
 
     watch = StartupWatch(log_path)   # at the server's launch: reads only what comes after
     watch.poll()    # -> ["loading the weights"]: the stages reached since the last poll
@@ -11,7 +12,12 @@ starts, only with fewer stage lines.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+STARTING = "=== tracerl: starting vLLM"
+"""How tracerl marks each start of a server in its log (a log holds every restart's)."""
+LOG_TAIL_LINES = 40
 
 STAGES: tuple[tuple[str, str], ...] = (
     ("Resolved architecture", "reading the model's config"),
@@ -68,3 +74,26 @@ class StartupWatch:
                 self.reached = max(self.reached, i)
                 return None
         return None
+
+
+NOISE = ("Attempted to load weight", "nanobind", "leaked", "resource_tracker", "warnings.warn")
+"""Log lines that say nothing about why a server failed (dtype casts, shutdown leak reports)."""
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` meaningful lines of a server log, after the first error it names
+    (the cause: what a dying engine prints last is how it shut down)."""
+    if not path.is_file():
+        return "(no log)"
+    text = path.read_text(errors="replace").splitlines()
+    start = max((i for i, t in enumerate(text) if STARTING in t), default=0)
+    keep = [t for t in text[start:] if t.strip() and not any(n in t for n in NOISE)]
+    causes = [
+        t.split("] ")[-1].strip()
+        for t in keep
+        if re.search(r"(^|\] )\w*(Error|Exception): ", t)  # raised, not warned about
+        and "EngineDeadError" not in t
+        and " WARNING " not in t
+    ]
+    cause = f"cause: {causes[0]}\n" if causes else ""
+    return cause + "\n".join(keep[-lines:])
