@@ -148,3 +148,38 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ctrl_c_while_starting_stops_at_once_and_says_what_was_kept(tmp_path):
+    """Before the run's own handlers (checking the environment, loading the model, starting
+    the engine) there is nothing to finish: the first Ctrl-C stops the command there."""
+    gate = tmp_path / "gate"
+    env = {
+        **os.environ,
+        "TRACERL_TEST_GATE_FROM": "1",  # the rehearsal's reset, before anything is written
+        "TRACERL_TEST_GATE_FILE": str(gate),
+        "PYTHONPATH": str(ROOT),
+    }
+    exe = Path(sys.executable).with_name("tracerl")
+    proc = subprocess.Popen(
+        [str(exe), "train", "configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", *RUN],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 600
+        while not (gate.exists() and gate.read_text()) and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert "Ctrl-C while starting" in out and "Nothing was written." in out, out
+    assert "Traceback" not in out, out
+    assert not (tmp_path / "learn-arithmetic").exists()  # the same command starts it afresh

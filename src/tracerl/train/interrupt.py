@@ -13,6 +13,11 @@ Either way the run prints the command that resumes it and exits 0. SIGTERM is a 
 Ctrl-C. The second Ctrl-C exits with status 130 at once, leaving what ``kill -9`` would:
 nothing corrupt (files are written under temporary names and renamed; a vLLM server dies
 with its trainer), the episodes finished so far reused by ``--resume``.
+
+The handlers are installed once the run has started (its model loaded, its engine up).
+Before that there is nothing to finish: Ctrl-C is Python's KeyboardInterrupt, which
+`tracerl.train.loop.train` reports (was the run folder written?) and the command ends with
+status 130.
 """
 
 from __future__ import annotations

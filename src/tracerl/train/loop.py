@@ -79,6 +79,23 @@ def train(
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume:
         refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
+    command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
+    try:
+        return _start(run, ckpt, resume, bars, command)
+    except KeyboardInterrupt:  # Ctrl-C while starting, before the run's own handlers
+        written = (run_dir / "config.yaml").is_file()
+        bars.line(
+            "Ctrl-C while starting (checking the environment, loading the model, starting "
+            "the engine): stopped before anything was trained. "
+            + (f"Resume with: {command}" if written else "Nothing was written.")
+        )
+        raise
+
+
+def _start(run: Run, ckpt: Any, resume: bool, bars: QuietProgress, command: str) -> dict:
+    """Write the run's config, load the model, start the engine and train under the run's
+    Ctrl-C handlers (`Interrupts`)."""
+    cfg, run_dir = run.cfg, run.cfg.run_dir
     run.rehearse()  # one reset and one scoring, before the model loads and the run is written
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
@@ -87,7 +104,6 @@ def train(
     sink = run.sink(run_dir)
     try:
         with run.engine(run_dir, bars.line) as engine, run.rollouts(engine) as backend:
-            command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
             final: dict[str, float] = {}  # the latest evaluation's metrics
             with Interrupts(command) as interrupts:
                 try:
