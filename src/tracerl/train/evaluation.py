@@ -127,6 +127,7 @@ def evaluate_config(
     cfg = run.cfg
     bars = progress or QuietProgress(print)
     run.rehearse()  # an environment that cannot reset fails here, not in every episode
+    bars.line(f"eval {out}: loading {cfg.model.spec} ...")
     run.policy  # noqa: B018  (the model loads before anything is written)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(cfg))
