@@ -128,8 +128,8 @@ bubblewrap:
 # TRACERL_REQUIRE_VLLM (_OPENENV, _VERIFIERS): the tests against a real vLLM server (an
 # OpenEnv server, verifiers) fail, rather than skip, when it cannot be found. Two
 # pytest-xdist workers, a test module at a time on each (its
-# module-scoped servers and clusters built once): 13 minutes on 2 idle cores with an empty
-# cache, 18 for the whole command on a fresh clone (tests/conftest.py says what the
+# module-scoped servers and clusters built once): 17.6 minutes on 2 idle cores with an empty
+# cache, 21 for the whole command on a fresh clone (2026-12-03, 952 tests) (tests/conftest.py says what the
 # workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
 WORKERS ?= 2

@@ -15,7 +15,7 @@ nothing corrupt (files are written under temporary names and renamed; a vLLM ser
 with its trainer), the episodes finished so far reused by ``--resume``.
 
 The handlers are installed once the run has started (its model loaded, its engine up).
-Before that there is nothing to finish: Ctrl-C is Python's KeyboardInterrupt, which
+Before that there is nothing to finish: Ctrl-C is Python's KeyboardInterrupt (`starting`), which
 `tracerl.train.loop.train` reports (was the run folder written?) and the command ends with
 status 130.
 """
@@ -27,7 +27,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -84,6 +84,21 @@ class Interrupts:
                 f"{self.phase} (rollouts stop at once; fine-tuning or an update under way "
                 "finishes, then a checkpoint); Ctrl-C again to abort now\n"
             )
+
+
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """While a run starts, before `Interrupts`: Ctrl-C is a KeyboardInterrupt, even in a
+    process that inherited SIGINT ignored (a background job of a script, a test runner's
+    worker), as it is a stop request once the run's own handlers are in (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _say(text: str) -> None:

@@ -45,7 +45,7 @@ from tracerl.train.distill import coverage_warning
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.futility import Futility
 from tracerl.train.grpo import GRPOConfig, grpo_step
-from tracerl.train.interrupt import Interrupts, StopRun, set_phase
+from tracerl.train.interrupt import Interrupts, StopRun, set_phase, starting
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import citation_metrics
 from tracerl.train.resume import check_resumable, has_eval, refuse_existing_run, trim_metrics
@@ -81,7 +81,8 @@ def train(
         refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
     command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
     try:
-        return _start(run, ckpt, resume, bars, command)
+        with starting():
+            return _start(run, ckpt, resume, bars, command)
     except KeyboardInterrupt:  # Ctrl-C while starting, before the run's own handlers
         written = (run_dir / "config.yaml").is_file()
         bars.line(
