@@ -62,6 +62,33 @@ def _interrupt_when_gated(gate: Path) -> threading.Thread:
     return thread
 
 
+def _gated_command(tmp_path: Path, gate_from: int, **popen: object) -> subprocess.Popen:
+    """`tracerl train` on the gated environment (blocking from reset `gate_from`), started as
+    a user would start it, once that reset is under way."""
+    gate = tmp_path / "gate"
+    env = {
+        **os.environ,
+        "TRACERL_TEST_GATE_FROM": str(gate_from),
+        "TRACERL_TEST_GATE_FILE": str(gate),
+        "PYTHONPATH": str(ROOT),
+        **popen.pop("env", {}),  # type: ignore[dict-item]
+    }
+    exe = Path(sys.executable).with_name("tracerl")
+    proc = subprocess.Popen(
+        [str(exe), "train", "configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", *RUN],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[arg-type]
+    )
+    deadline = time.time() + 600
+    while not (gate.exists() and gate.read_text()) and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_ctrl_c_stops_the_phase_keeps_what_is_done_and_the_printed_command_resumes(
     phase, tmp_path, monkeypatch, capfd
@@ -113,29 +140,9 @@ def test_ctrl_c_stops_the_phase_keeps_what_is_done_and_the_printed_command_resum
 def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     """The run is stuck where no safe point comes (an environment blocking the event loop):
     the first Ctrl-C is acknowledged, the second ends the process with status 130."""
-    gate = tmp_path / "gate"
-    env = {
-        **os.environ,
-        "TRACERL_TEST_GATE_FROM": "3",
-        "TRACERL_TEST_GATE_FILE": str(gate),
-        "TRACERL_TEST_GATE_BLOCKING": "1",
-        "PYTHONPATH": str(ROOT),
-    }
-    args = [f"out_dir={tmp_path}", *RUN]
-    exe = Path(sys.executable).with_name("tracerl")
-    proc = subprocess.Popen(
-        [str(exe), "train", "configs/learn-arithmetic.yaml", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"TRACERL_TEST_GATE_BLOCKING": "1"}
+    proc = _gated_command(tmp_path, 3, env=env, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 600
-        while not (gate.exists() and gate.read_text()) and time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         acknowledged = ""
         while "Ctrl-C again to abort now" not in acknowledged:  # the first, acknowledged
@@ -155,28 +162,10 @@ def test_ctrl_c_while_starting_stops_at_once_and_says_what_was_kept(tmp_path):
     the engine) there is nothing to finish: the first Ctrl-C stops the command there. The
     command starts with SIGINT ignored (as a script's background job does): a run still
     takes it as a stop."""
-    gate = tmp_path / "gate"
-    env = {
-        **os.environ,
-        "TRACERL_TEST_GATE_FROM": "1",  # the rehearsal's reset, before anything is written
-        "TRACERL_TEST_GATE_FILE": str(gate),
-        "PYTHONPATH": str(ROOT),
-    }
-    exe = Path(sys.executable).with_name("tracerl")
-    proc = subprocess.Popen(
-        [str(exe), "train", "configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", *RUN],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    # the rehearsal's reset, before anything is written
+    ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc = _gated_command(tmp_path, 1, stderr=subprocess.STDOUT, preexec_fn=ignored)
     try:
-        deadline = time.time() + 600
-        while not (gate.exists() and gate.read_text()) and time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
