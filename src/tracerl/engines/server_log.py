@@ -68,11 +68,13 @@ class StartupWatch:
                     self.compile = self.compile or "cached"
                 elif piece == "Compiling a graph for compile range":
                     self.compile = "compiled"
-                if i > self.reached and stage != self.stage:  # stages only move forward
-                    self.reached, self.stage = i, stage
-                    return stage
-                self.reached = max(self.reached, i)
-                return None
+                if i <= self.reached:  # stages only move forward
+                    return None
+                self.reached = i
+                if stage == self.stage:  # two lines of one stage
+                    return None
+                self.stage = stage
+                return stage
         return None
 
 
