@@ -8,7 +8,10 @@ Command modules import this and lower layers only, never each other.
 
 from __future__ import annotations
 
+import inspect
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,11 +35,11 @@ class Commands(TyperGroup):
     def get_command(self, ctx: Any, name: str) -> Any:
         command = super().get_command(ctx, name)
         if command is not None:
-            _plain_types(command.get_params(ctx), ctx)
+            _plain_types(command, ctx)
         return command
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        _plain_types(self.get_params(ctx), ctx)
+        _plain_types(self, ctx)
         super().format_help(ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
@@ -48,19 +51,50 @@ class Commands(TyperGroup):
             raise fail(e.message, e.hint) from None
 
 
-def _plain_types(params: list[Any], ctx: Any) -> None:
-    """Help without a ``<type>`` on every parameter: none for flags (``--resume``,
-    ``--help``) and arguments (their name says it), the usual upper-case name for option
-    values (``--out PATH``, ``--port INT``)."""
-    for p in params:
-        if getattr(p, "param_type_name", "") == "argument":
-            p.display_type_rich = lambda ctx: None  # typer's hook for it (no metavar there)
-        elif p.metavar is not None:
+def _plain_types(command: Any, ctx: Any) -> None:
+    """Help without a ``<type>`` on every option: none for flags (``--resume``, ``--help``),
+    the usual upper-case name for option values (``--out PATH``, ``--port INT``).
+
+    Only click's public API is used (``get_params``, ``param_type_name``, ``is_flag``,
+    ``metavar``, ``callback``): typer's own hooks for the type column differ between its
+    releases. The value's type comes from the command function's annotations (typer keeps
+    them on the callback it builds), so the help reads the same under every typer release.
+    An argument keeps what typer shows for it."""
+    value_types = _annotations(command.callback)
+    for p in command.get_params(ctx):
+        if p.param_type_name != "option" or p.metavar is not None:
             continue
-        elif p.is_flag:
+        if p.is_flag:
             p.metavar = ""
-        else:
-            p.metavar = p.display_type(ctx).strip("<>").upper().replace("STR", "TEXT")
+        elif p.name in value_types:
+            p.metavar = _metavar(value_types[p.name])
+
+
+def _annotations(function: Any) -> dict[str, Any]:
+    """A command function's parameter types; none for a function that has no annotations we
+    can resolve (help then shows typer's own names)."""
+    if function is None:
+        return {}
+    try:
+        return typing.get_type_hints(inspect.unwrap(function))
+    except (NameError, TypeError):  # an annotation naming a type imported for checkers only
+        return {}
+
+
+_METAVARS = {str: "TEXT", int: "INT", float: "FLOAT", Path: "PATH", bool: "BOOLEAN"}
+
+
+def _metavar(annotation: Any) -> str:
+    """``str`` → TEXT, ``int | None`` → INT, ``list[str]`` → LIST[TEXT], ``Path`` → PATH;
+    any other class, its name in upper case."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return "|".join(_metavar(a) for a in args)
+    if typing.get_origin(annotation) is list:
+        return f"LIST[{_metavar(args[0])}]" if args else "LIST"
+    if annotation in _METAVARS:
+        return _METAVARS[annotation]
+    return getattr(annotation, "__name__", str(annotation)).upper()
 
 
 def _print_version(wanted: bool) -> None:

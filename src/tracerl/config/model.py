@@ -71,7 +71,9 @@ class ModelConfig(_Config):
     """Where the model runs and trains. auto: a GPU if one is visible, else the CPU; cuda
     without a visible GPU is refused."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """auto: fp32 on CPU (bf16 matmul is several times slower there), bf16 on a GPU."""
+    """The dtype the model's forward computes in. auto: fp32 on CPU (bf16 matmul is several
+    times slower there), bf16 on a GPU. The trained weights' own dtype is
+    ``trainer.precision``'s (fp32 master weights under bf16-mixed, the GPU default)."""
     lora: LoraConfig | None = None
     """LoRA adapters (needs `peft`); None trains every weight."""
     engine: Literal["hf", "vllm"] = "hf"

@@ -102,6 +102,16 @@ class RunConfig(_Config):
         return self
 
     @model_validator(mode="after")
+    def _precision(self) -> RunConfig:
+        """``model.dtype`` (what the forward computes in) and ``trainer.precision`` agree."""
+        from tracerl.models.placement import precision_conflict
+
+        why = precision_conflict(self.model.dtype, self.trainer.precision)
+        if why:
+            raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
     def _teacher_tokenizer(self) -> RunConfig:
         """A teacher must read the student's token ids as the student does: refused here
         when both resolve (a run that does not exist yet is `tracerl train`'s preflight's to

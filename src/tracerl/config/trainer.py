@@ -162,6 +162,15 @@ class TrainerConfig(_Config):
     """torch.compile the decoder for the learner's forward and backward."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward: less memory, ~30% more learner time."""
+    precision: Literal["auto", "fp32", "bf16-mixed", "bf16"] = "auto"
+    """How the trained weights are kept and the forward computes (`tracerl.models.placement`,
+    docs/gpu.md). ``fp32``: both fp32 (16 bytes a parameter with AdamW). ``bf16-mixed``: fp32
+    master weights and optimizer state, the forward in bf16 under `torch.autocast` (the
+    learner's, the reference's and the in-process sampler's; FSDP2 gathers bf16 shards); the
+    standard recipe on GPUs. ``bf16``: weights and optimizer state in bf16 (8 bytes a
+    parameter; updates smaller than bf16's precision are lost). ``auto``: fp32 where
+    ``model.dtype`` resolves to float32 (a CPU), bf16-mixed where it resolves to bfloat16
+    (a GPU)."""
     learner: LearnerPlacement = Field(default_factory=lambda: LearnerPlacement())
     """Across processes: data-parallel or sharded (``torchrun``); one process by default."""
     eval_every: int = Field(0, ge=0)

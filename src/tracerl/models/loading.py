@@ -200,7 +200,8 @@ def load_smollm2() -> PolicyBundle:
 
 
 def smollm2_tokenizer() -> Any:
-    """SmolLM2's real tokenizer (and chat template), from the model cache or the GGUF."""
+    """SmolLM2's real tokenizer (and chat template), from the model cache or the GGUF, with
+    the turn's end as its eos and pad token (`_smollm2_turn_end`)."""
     _import_libraries()
     from transformers import AutoTokenizer
 
@@ -210,10 +211,28 @@ def smollm2_tokenizer() -> Any:
     with building(target):
         for folder in (smollm2_cache_folder(sha), target):
             if (folder / "tokenizer.json").is_file():
-                return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+                return _smollm2_turn_end(tok)
+        tok = _smollm2_turn_end(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
         save_folder_atomically(target, tok.save_pretrained)
-        return AutoTokenizer.from_pretrained(target, local_files_only=True)  # as later runs
+        tok = AutoTokenizer.from_pretrained(target, local_files_only=True)  # as later runs
+        return _smollm2_turn_end(tok)
+
+
+SMOLLM2_TURN_END = "<|im_end|>"
+"""The token that ends every turn in SmolLM2's chat template: the assistant's last token."""
+
+
+def _smollm2_turn_end(tok: Any) -> Any:
+    """`tok` with SmolLM2's turn end as its eos, and as its pad when it has none, as
+    transformers 5.25 reads the GGUF (eos and pad ``<|im_end|>``, id 2). Other releases read
+    it otherwise (5.17: eos ``<|im_start|>``, no pad), and a tokenizer one of them cached on
+    disk keeps that. Nothing else changes: the vocabulary and template are the GGUF's."""
+    if tok.eos_token != SMOLLM2_TURN_END:
+        tok.eos_token = SMOLLM2_TURN_END
+    if tok.pad_token is None:
+        tok.pad_token = SMOLLM2_TURN_END
+    return tok
 
 
 TINY_HD64_CONFIG = {

@@ -112,11 +112,14 @@ class BatchedHFSampler:
         lock; the log-softmax runs `chunk` positions at a time."""
         import torch
 
+        from tracerl.models.placement import computing, device_of
+
         temperature = self.temperature or 1.0
         out: list[dict[int, tuple[float, int]] | None] = [None]
         with self._model_lock, torch.no_grad():
-            x = torch.tensor([ids], device=self.model.device)
-            logits_T_V = self.model(input_ids=x).logits[0, :-1]
+            x = torch.tensor([ids], device=device_of(self.model))
+            with computing(self.model):
+                logits_T_V = self.model(input_ids=x).logits[0, :-1]
             for start in range(0, logits_T_V.shape[0], chunk):
                 lp_C_V = torch.log_softmax(
                     logits_T_V[start : start + chunk].float() / temperature, -1
@@ -222,6 +225,8 @@ class BatchedHFSampler:
         """Sample every request's turn together (synchronous; one forward per decode step)."""
         import torch
 
+        from tracerl.models.placement import device_of
+
         gens = [
             self.generator if r.seed is None else torch.Generator().manual_seed(r.seed)
             for r in requests
@@ -246,7 +251,7 @@ class BatchedHFSampler:
             logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None)
             which_B = torch.tensor(which)
             if len(slot) < n_B:
-                cache.batch_select_indices(which_B.to(self.model.device))
+                cache.batch_select_indices(which_B.to(device_of(self.model)))
                 self.stats.shared_prefills += n_B - len(slot)
             logits_B_V, mask_B_T = logits_U_V[which_B], mask_U_T[which_B]
             len_B = mask_B_T.sum(-1)
@@ -269,7 +274,7 @@ class BatchedHFSampler:
                 keep = [i for i, b in enumerate(rows) if not done[b]]
                 if len(keep) < len(rows):  # finished rows leave the batch (and the KV cache)
                     index = torch.tensor(keep)
-                    cache.batch_select_indices(index.to(self.model.device))
+                    cache.batch_select_indices(index.to(device_of(self.model)))
                     rows = [rows[i] for i in keep]
                     next_B, mask_B_T, len_B = next_B[index], mask_B_T[index], len_B[index]
                 mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
@@ -293,14 +298,17 @@ class BatchedHFSampler:
 
     def _forward(self, ids_B_T: Any, mask_B_T: Any, pos_B_T: Any, cache: Any) -> tuple[Any, Any]:
         """One forward pass: the last position's logits per row, and the grown KV cache."""
+        from tracerl.models.placement import computing, device_of
+
         self.stats.forward_calls += 1
-        dev = self.model.device  # inputs go to the model; sampling stays on the CPU
-        res = self.model(
-            input_ids=ids_B_T.to(dev),
-            attention_mask=mask_B_T.to(dev),
-            position_ids=pos_B_T.to(dev),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kw: cache},
-        )
+        dev = device_of(self.model)  # inputs go to the model; sampling stays on the CPU
+        with computing(self.model):  # its precision (bf16 autocast under bf16-mixed)
+            res = self.model(
+                input_ids=ids_B_T.to(dev),
+                attention_mask=mask_B_T.to(dev),
+                position_ids=pos_B_T.to(dev),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kw: cache},
+            )
         return res.logits[:, -1].float().cpu(), getattr(res, self._cache_kw)

@@ -142,6 +142,8 @@ class HFSampler:
     ) -> SampleResult:
         import torch
 
+        from tracerl.models.placement import computing, device_of
+
         gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
         stops = set(stop_token_ids)
         out: list[int] = []
@@ -152,9 +154,13 @@ class HFSampler:
             past = None
             for _ in range(max_tokens):
                 kv = {self._cache_kw: past}
-                res = self.model(
-                    input_ids=x.to(self.model.device), use_cache=True, logits_to_keep=1, **kv
-                )
+                with computing(self.model):
+                    res = self.model(
+                        input_ids=x.to(device_of(self.model)),
+                        use_cache=True,
+                        logits_to_keep=1,
+                        **kv,
+                    )
                 past = getattr(res, self._cache_kw)
                 logits_V = res.logits[0, -1].float().cpu()  # sampling stays on the CPU
                 logp_V = torch.log_softmax(logits_V / self.temperature, dim=-1)

@@ -13,6 +13,7 @@ tokens < t, so a row's first token has none (its mask bit is 0: prompts never ca
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,23 @@ class Batch:
     episode's share, ``trainer.sample_weighting``. None: 1 each."""
     """Leading tokens every row shares and none trains on (a group's prompt): the learner
     runs them once for the whole batch (see `token_logprobs`). 0: no shared prefix."""
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch with every tensor on `device` (the model's: batches are built on
+        the CPU, then moved once, just before their forward)."""
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return dataclasses.replace(
+            self,
+            input_ids_B_T=move(self.input_ids_B_T),
+            attention_mask_B_T=move(self.attention_mask_B_T),
+            loss_mask_B_T=move(self.loss_mask_B_T),
+            old_logprobs_B_T=move(self.old_logprobs_B_T),
+            advantages_B=move(self.advantages_B),
+            weights_B=move(self.weights_B),
+        )
 
     @property
     def tokens(self) -> int:

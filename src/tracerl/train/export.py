@@ -43,13 +43,15 @@ class Loaded:
 
 def load_checkpoint_model(ref: ModelRef, device: str = "cpu", dtype: str = "float32") -> Loaded:
     """The model `ref` names: its base spec, then its checkpoint's weights (a LoRA run's
-    adapters, merged into the base: plain weights, faster to run), placed on `device`."""
+    adapters, merged into the base: plain weights, faster to run), placed on `device` for
+    inference: its weights in the compute dtype `dtype` means there (`Placement.frozen`)."""
     from tracerl.models import load
     from tracerl.models.loading import file_sha256
-    from tracerl.train.lora import apply_lora, place, trainable_state
+    from tracerl.models.placement import place, resolve
+    from tracerl.train.lora import apply_lora, trainable_state
 
     bundle = load(ref.spec)
-    model = place(bundle.model, device, dtype)
+    model = place(bundle.model, resolve(device, dtype).frozen())
     identity = bundle.model_id
     if ref.checkpoint is not None:
         weights = ref.checkpoint / "model.pt"

@@ -1,4 +1,4 @@
-"""The learner: PPO-style updates on trajectories, fp32 on CPU, lean on memory.
+"""The learner: PPO-style updates on trajectories, on the model's device, lean on memory.
 
 One `update` = K epochs over length-bucketed micro-batches with gradient accumulation.
 The PPO ratio is taken against the policy before the update: in the first epoch that is
@@ -8,6 +8,10 @@ forward. Later epochs reuse them. Each micro-batch's loss is weighted so that th
 accumulated gradient equals the whole step's loss under the configured aggregation (token
 share for ``token-mean``, sequence share for the ``seq-mean-*`` modes, one constant length
 for ``seq-mean-token-sum-norm``); then gradient clipping and one AdamW step per epoch.
+
+Micro-batches are built on the CPU and moved to the trained weights' device just before their
+forward; the forward runs in the model's precision (`tracerl.models.placement`: fp32 on a
+CPU, bf16 autocast over fp32 master weights and fp32 AdamW state on a GPU by default).
 
 Options: a KL term against the reference policy (``kl_coef`` > 0; with LoRA the reference
 is the same model with its adapters disabled, see `tracerl.train.lora`); `torch.compile` of
@@ -34,6 +38,7 @@ import torch
 
 from tracerl.algos.kl import kl as kl_estimate
 from tracerl.algos.losses import ClipConfig, PolicyLossInput, aggregate, ppo_clip
+from tracerl.models.placement import device_of
 from tracerl.train.batch import Batch, bucketed_batches, shared_prefix_batches
 from tracerl.train.distributed.strategy import Strategy
 from tracerl.train.logprobs import token_logprobs
@@ -231,7 +236,9 @@ class Learner:
             clip = dataclasses.replace(clip, norm_tokens=width)
         n_batches = len(batches)
         mine, passes = self.strategy.shard([b.cost for b in batches])
-        batches, weights = [batches[i] for i in mine], [weights[i] for i in mine]
+        # built on the CPU; this rank's share moves to the trained weights' device once
+        device = device_of(self.trained)
+        batches, weights = [batches[i].to(device) for i in mine], [weights[i] for i in mine]
         refs = None
         if self.reference is not None:
             refs = [self._reference_logprobs(b) for b in batches]
@@ -332,8 +339,8 @@ class Learner:
 
     def _idle_batch(self, batches: list[Any]) -> Batch:
         """Two tokens, the second a policy token (so the LM head runs too)."""
+        device = device_of(self.trained)
         ids = batches[0].input_ids_B_T[:1, :2] if batches else torch.zeros(1, 2, dtype=torch.long)
-        device = self._params[0].device if self._params else ids.device
         ids = ids.to(device)
         mask = torch.zeros(ids.shape, dtype=torch.float32, device=device)
         mask[:, -1] = 1.0

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from tracerl.models.placement import check_device, computing
+
 
 def _head_logprobs(
     hidden_N_H: torch.Tensor, targets_N: torch.Tensor, head: Any, temperature: float
@@ -41,7 +43,41 @@ def token_logprobs(
     135M model's FLOPs, and prompts and tool output need none of it. With `prefix_len` (every
     row starts with the same `prefix_len` tokens, e.g. a group's prompt) the decoder runs the
     prefix once and the rows' continuations on its KV cache, repeated per row: the same
-    values and gradients (the cache is differentiable) for a fraction of the FLOPs."""
+    values and gradients (the cache is differentiable) for a fraction of the FLOPs.
+
+    The inputs must be on the model's device (`DeviceMismatch`, naming the tensor, if not);
+    the forward runs in the model's compute precision (`tracerl.models.placement.computing`:
+    bf16 autocast over fp32 master weights under ``bf16-mixed``), the log-softmax in fp32."""
+    check_device(
+        model,
+        "token_logprobs",
+        input_ids_B_T=input_ids_B_T,
+        attention_mask_B_T=attention_mask_B_T,
+        only_B_T=only_B_T,
+    )
+    with computing(model):
+        return _token_logprobs(
+            model,
+            input_ids_B_T,
+            attention_mask_B_T,
+            temperature,
+            chunk_tokens,
+            body,
+            only_B_T,
+            prefix_len,
+        )
+
+
+def _token_logprobs(
+    model: Any,
+    input_ids_B_T: torch.Tensor,
+    attention_mask_B_T: torch.Tensor,
+    temperature: float,
+    chunk_tokens: int,
+    body: Any,
+    only_B_T: torch.Tensor | None,
+    prefix_len: int,
+) -> torch.Tensor:
     body = body if body is not None else model.get_decoder()
     head = model.get_output_embeddings()
     if 0 < prefix_len < input_ids_B_T.shape[1]:

@@ -1,7 +1,6 @@
-"""Placement, precision and LoRA adapters for the training model.
+"""LoRA adapters and the reference policy for the training model (where it lives and in
+which precision it computes: `tracerl.models.placement`).
 
-* `place` puts the model where it trains: fp32 on CPU (bf16 matmul is several times slower
-  than fp32 on this class of CPU), bf16 on a GPU (``dtype: auto``).
 * `apply_lora` wraps the model with `peft` LoRA adapters: only the adapters train, so the
   optimizer holds a few MB instead of two fp32 copies of every weight. The same object is
   shared with the in-process sampler, which therefore samples from the adapted policy.
@@ -21,26 +20,6 @@ import torch
 
 from tracerl.config import LORA_TARGETS
 from tracerl.models.lora import is_lora  # re-exported: `tracerl.train.lora.is_lora`
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("model.device: 'cuda' was asked for but no GPU is visible; use auto")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-
-
-def place(model: Any, device: str = "auto", dtype: str = "auto") -> Any:
-    """Move the model to its training device and dtype (see the module docstring)."""
-    dev = resolve_device(device)
-    return model.to(device=dev, dtype=resolve_dtype(dtype, dev))
 
 
 def apply_lora(

@@ -29,6 +29,8 @@ from tracerl.algos.losses import ClipConfig
 from tracerl.config import RunConfig
 from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
+from tracerl.models.placement import Placement, place
+from tracerl.models.placement import resolve as resolve_placement
 from tracerl.preflight import Prepared, check_model, prepare
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
@@ -39,7 +41,7 @@ from tracerl.train.distributed.group import current
 from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.grpo import GRPOConfig
 from tracerl.train.learner import Learner, LearnerConfig
-from tracerl.train.lora import apply_lora, place
+from tracerl.train.lora import apply_lora
 
 Log = Callable[[str], None]
 
@@ -96,6 +98,13 @@ class Run:
     # -- the model and the policy -----------------------------------------------------
 
     @cached_property
+    def placement(self) -> Placement:
+        """Where the run's model lives and in which precision it trains (``model.device``,
+        ``model.dtype``, ``trainer.precision``: `tracerl.models.placement`)."""
+        m = self.cfg.model
+        return resolve_placement(m.device, m.dtype, self.cfg.trainer.precision)
+
+    @cached_property
     def bundle(self) -> Any:
         """The configured model's bundle, placed (device, dtype), with LoRA when configured:
         what every learner rank builds."""
@@ -108,7 +117,7 @@ class Run:
 
         cfg = self.cfg
         bundle = load(spec)
-        bundle.model = place(bundle.model, cfg.model.device, cfg.model.dtype)
+        bundle.model = place(bundle.model, self.placement)
         if cfg.model.lora is not None and spec == cfg.model.spec:
             bundle.model = apply_lora(
                 bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed

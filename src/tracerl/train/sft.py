@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tracerl.jsonl import read_trajectories
+from tracerl.models.placement import device_of
 from tracerl.rollout.persist import read_run_trajectories
 from tracerl.train.batch import bucketed_batches
 from tracerl.train.logprobs import token_logprobs
@@ -97,7 +98,11 @@ def sft(
         raise ValueError("sft: no trajectories to learn from (none successful?)")
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, fused=True)
-    batches = bucketed_batches(trajectories, [0.0] * len(trajectories), micro_batch_tokens)
+    device = device_of(model)
+    batches = [
+        b.to(device)
+        for b in bucketed_batches(trajectories, [0.0] * len(trajectories), micro_batch_tokens)
+    ]
     total = sum(float(b.loss_mask_B_T.sum()) for b in batches)
     if total == 0:
         raise ValueError("sft: the trajectories hold no policy tokens; nothing to imitate")

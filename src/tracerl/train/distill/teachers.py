@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from tracerl.errors import UserError
+from tracerl.models.placement import device_of
 from tracerl.models.refs import ModelRef
 from tracerl.train.batch import bucketed_batches
 from tracerl.train.logprobs import token_logprobs
@@ -57,7 +58,9 @@ class ModelTeacher:
 
     def logprobs(self, rows: Sequence[Trajectory], temperature: float) -> list[Scored]:
         out: list[Scored] = [[0.0] * len(t) for t in rows]  # a row without tokens: nothing
+        device = device_of(self.model)
         for b in bucketed_batches(rows, [0.0] * len(rows), self.micro_batch_tokens):
+            b = b.to(device)
             try:
                 with torch.no_grad():
                     lp_B_T = token_logprobs(

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from tracerl.models.placement import Placement, placement_of
 from tracerl.train.distributed.optimizer_state import (
     ROOT_PREFIX,
     load_named_optimizer_state,
@@ -184,9 +185,10 @@ class FullyShardedDataParallel(Strategy):
         trained = copy.deepcopy(model) if self.ranks.main else model
         self._trainable = {n for n, p in trained.named_parameters() if p.requires_grad}
         self.root = _Root(trained)
+        kw = _mixed_precision(placement_of(model))
         for layer in _decoder_layers(trained):
-            fully_shard(layer)
-        fully_shard(self.root)
+            fully_shard(layer, **kw)
+        fully_shard(self.root, **kw)
         return trained
 
     def run(self, fn: Callable[..., torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -280,6 +282,18 @@ class _Root(torch.nn.Module):
 
     def forward(self, fn: Callable[..., torch.Tensor], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
+
+
+def _mixed_precision(placement: Placement) -> dict[str, Any]:
+    """``bf16-mixed``: FSDP2 gathers the fp32 master shards as bf16 for the forward and
+    backward and reduces gradients in fp32 (`MixedPrecisionPolicy`); the optimizer keeps
+    fp32 shards. Otherwise FSDP's default (the weights' own dtype throughout)."""
+    if not placement.mixed:
+        return {}
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=placement.compute, reduce_dtype=torch.float32)
+    return {"mp_policy": policy}
 
 
 def _decoder_layers(model: Any) -> list[torch.nn.Module]:
