@@ -75,6 +75,28 @@ FIRST = ("tests/integration/test_vllm_engine.py",)
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)  # stable
+    # the GPU tier (tests/gpu/, `make gpu-check`): skipped, never failed, without CUDA
+    if not _cuda():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (the gpu tier: make gpu-check)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where the device-sensitive tests place their models: ``$TRACERL_TEST_DEVICE`` (cpu by
+    default; ``make gpu-check`` runs them again with cuda)."""
+    want = os.environ.get("TRACERL_TEST_DEVICE", "cpu")
+    if want == "cuda" and not _cuda():
+        pytest.skip("TRACERL_TEST_DEVICE=cuda but no CUDA GPU is visible")
+    return want
 
 
 def pytest_unconfigure(config):

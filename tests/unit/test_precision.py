@@ -2,7 +2,8 @@
 holds where a user would notice — small updates survive under bf16-mixed, the sampler and
 the learner agree on log-probs, a tensor on the wrong device is named, fp32 stays fp32 on CPU.
 
-These run on the CPU (bf16 autocast works there too, slowly); tests/gpu/ runs the same on CUDA.
+These run on the CPU (bf16 autocast works there too, slowly); ``make gpu-check`` runs them
+again on CUDA (``TRACERL_TEST_DEVICE=cuda``: the `device` fixture) beside tests/gpu/.
 """
 
 from __future__ import annotations
@@ -71,13 +72,13 @@ def test_a_dtype_and_a_precision_that_contradict_are_refused_naming_both(overrid
 def test_every_precision_is_a_config_value():
     for p in ("auto", "fp32", "bf16-mixed", "bf16"):
         assert load_config(None, [f"trainer.precision={p}"]).trainer.precision == p
-    with pytest.raises(ConfigError, match="trainer.precision"):
+    with pytest.raises(ConfigError, match=r"trainer\.precision"):
         load_config(None, ["trainer.precision=fp16"])
 
 
 @pytest.fixture
-def trajectories(tiny):
-    model = place(copy.deepcopy(tiny.model), resolve("cpu"))
+def trajectories(tiny, device):
+    model = place(copy.deepcopy(tiny.model), resolve(device))
     policy = Policy(
         BatchedHFSampler(model, temperature=1.0), tiny.renderer, get_parser("json_list"), "t"
     )
@@ -88,27 +89,34 @@ def trajectories(tiny):
     return [e.trajectories[0] for e in episodes]
 
 
-def _placed(tiny, precision):
-    return place(copy.deepcopy(tiny.model), resolve("cpu", "auto", precision))
+@pytest.fixture
+def placed(tiny, device):
+    """A fresh copy of the tiny model placed on the test device in `precision`."""
+
+    def make(precision):
+        return place(copy.deepcopy(tiny.model), resolve(device, "auto", precision))
+
+    return make
 
 
 def test_fp32_on_cpu_is_exactly_what_it_was(tiny, trajectories):
     """The default on a CPU moves no number: same weights dtype, no autocast, and one update
     equals the one an unplaced model takes."""
     assert resolve("cpu").precision == "fp32" and not resolve("cpu").mixed
-    placed, plain = _placed(tiny, "auto"), copy.deepcopy(tiny.model)
+    placed = place(copy.deepcopy(tiny.model), resolve("cpu"))
+    plain = copy.deepcopy(tiny.model)
     for model in (placed, plain):
         Learner(model, LearnerConfig(lr=1e-3)).update(trajectories, [1.0, -1.0])
     for (name, a), b in zip(placed.named_parameters(), plain.parameters(), strict=True):
         assert a.dtype == torch.float32 and torch.equal(a, b), name
 
 
-def test_bf16_mixed_keeps_fp32_master_weights_so_small_updates_survive(tiny, trajectories):
+def test_bf16_mixed_keeps_fp32_master_weights_so_small_updates_survive(placed, trajectories):
     """At lr 1e-6 an AdamW step moves each weight by about 1e-6: below half of bf16's spacing
     for nearly every weight, so pure bf16 loses it; fp32 master weights keep it."""
     changed = {}
     for precision in ("bf16-mixed", "bf16"):
-        model = _placed(tiny, precision)
+        model = placed(precision)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         learner = Learner(model, LearnerConfig(lr=1e-6))
         m = learner.update(trajectories, [1.0, -1.0])
@@ -122,21 +130,22 @@ def test_bf16_mixed_keeps_fp32_master_weights_so_small_updates_survive(tiny, tra
     assert changed["bf16"] < 0.05, changed
 
 
-def test_bf16_mixed_computes_in_bf16_for_the_learner_and_the_sampler(tiny):
+def test_bf16_mixed_computes_in_bf16_for_the_learner_and_the_sampler(placed):
     """The forward (the learner's and the in-process sampler's, which share the weights)
     runs under autocast: a projection's output is bf16 while the weights stay fp32."""
-    model = _placed(tiny, "bf16-mixed")
+    model = placed("bf16-mixed")
     seen: list[torch.dtype] = []
     layer = model.get_decoder().layers[0].mlp.down_proj
     handle = layer.register_forward_hook(lambda mod, args, out: seen.append(_first(out).dtype))
-    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    ids = torch.tensor([[1, 2, 3, 4, 5]], device=device_of(model))
     token_logprobs(model, ids, torch.ones_like(ids))
     BatchedHFSampler(model, seed=0).generate_batch([SampleRequest([1, 2, 3], 2, [])])
     handle.remove()
     assert seen and set(seen) == {torch.bfloat16}, seen
     assert next(model.parameters()).dtype == torch.float32
-    with computing(_placed(tiny, "fp32")):
-        assert not torch.is_autocast_enabled("cpu")
+    fp32 = placed("fp32")
+    with computing(fp32):
+        assert not torch.is_autocast_enabled(device_of(fp32).type)
 
 
 def _first(out):
@@ -144,19 +153,19 @@ def _first(out):
 
 
 @pytest.mark.parametrize(("precision", "tolerance"), [("fp32", 1e-4), ("bf16-mixed", 0.1)])
-def test_the_learners_log_probs_match_the_samplers(tiny, precision, tolerance):
+def test_the_learners_log_probs_match_the_samplers(placed, precision, tolerance):
     """What docs/gpu.md states: the learner's recomputed log-probs of sampled tokens agree
     with the sampler's within 1e-4 in fp32 and 0.1 (max over tokens) in bf16-mixed (bf16
     keeps 8 bits of mantissa; the mean gap is far smaller and the IS correction absorbs it)."""
-    model = _placed(tiny, precision)
+    model = placed(precision)
     prompt = list(range(5, 40))
     sampler = BatchedHFSampler(model, temperature=1.0, seed=0)
     res = sampler.generate_batch([SampleRequest(prompt, 24, [], seed=s) for s in range(4)])
     gaps = []
     for r in res:
-        ids = torch.tensor([prompt + r.token_ids])
+        ids = torch.tensor([prompt + r.token_ids], device=device_of(model))
         with torch.no_grad():
-            lp = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt) :]
+            lp = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt) :].cpu()
         gaps.append((lp - torch.tensor(r.logprobs)).abs())
     gap = torch.cat(gaps)
     assert float(gap.max()) <= tolerance, (float(gap.max()), float(gap.mean()))
@@ -174,15 +183,15 @@ def test_a_tensor_on_another_device_than_the_model_is_named():
     check_device(model, "the step", input_ids_B_T=torch.zeros(1, 3, dtype=torch.long))
 
 
-def test_token_logprobs_refuses_inputs_the_model_cannot_read(tiny):
-    model = _placed(tiny, "fp32")
+def test_token_logprobs_refuses_inputs_the_model_cannot_read(placed):
+    model = placed("fp32")
     ids = torch.tensor([[1, 2, 3]], device="meta")
     with pytest.raises(DeviceMismatch, match="token_logprobs: input_ids_B_T"):
         token_logprobs(model, ids, torch.ones(1, 3, dtype=torch.long))
 
 
 def test_every_batch_the_learner_runs_is_moved_to_the_models_device(
-    tiny, trajectories, monkeypatch
+    placed, trajectories, monkeypatch
 ):
     """A spy on `Batch.to`: the learner builds its micro-batches on the CPU and moves each
     one, once, to `device_of(model)` (on a GPU: the CUDA device) before its forward."""
@@ -194,7 +203,7 @@ def test_every_batch_the_learner_runs_is_moved_to_the_models_device(
         return real(self, device)
 
     monkeypatch.setattr(Batch, "to", spy)
-    model = _placed(tiny, "fp32")
+    model = placed("fp32")
     m = Learner(model, LearnerConfig(lr=1e-4, micro_batch_tokens=64)).update(
         trajectories, [1.0, -1.0]
     )
@@ -202,8 +211,8 @@ def test_every_batch_the_learner_runs_is_moved_to_the_models_device(
     assert set(moved) == {device_of(model)}
 
 
-def test_a_placement_travels_with_copies_and_lora(tiny):
-    model = _placed(tiny, "bf16-mixed")
+def test_a_placement_travels_with_copies_and_lora(placed):
+    model = placed("bf16-mixed")
     assert placement_of(copy.deepcopy(model)).mixed  # the KL reference's frozen copy
     pytest.importorskip("peft")
     from tracerl.train.lora import apply_lora
