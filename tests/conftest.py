@@ -76,7 +76,8 @@ FIRST = ("tests/integration/test_vllm_engine.py",)
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)  # stable
     # the GPU tier (tests/gpu/, `make gpu-check`): skipped, never failed, without CUDA
-    if not _cuda():
+    # (TRACERL_GPU_TIER_ON_CPU=1: the tier's dry run on the CPU, tests/gpu/conftest.py)
+    if not _cuda() and os.environ.get("TRACERL_GPU_TIER_ON_CPU") != "1":
         skip = pytest.mark.skip(reason="needs a CUDA GPU (the gpu tier: make gpu-check)")
         for item in items:
             if "gpu" in item.keywords:

@@ -100,7 +100,7 @@ def _start(run: Run, ckpt: Any, resume: bool, bars: QuietProgress, command: str)
     run.rehearse()  # one reset and one scoring, before the model loads and the run is written
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    bars.line(f"run {run_dir}: loading {cfg.model.spec} ...")
+    bars.line(f"run {run_dir}: loading {cfg.model.spec} on {run.placement.describe()} ...")
     run.policy  # noqa: B018  (the model loads before any sink opens)
     sink = run.sink(run_dir)
     try:
