@@ -67,6 +67,7 @@ def eval_command(
         from tracerl.evaluate import check_search_eval, evaluate
         from tracerl.models import load
         from tracerl.models.loading import check_spec
+        from tracerl.models.placement import for_inference
 
         model, corpus = model or "smollm2-135m-instruct", corpus or "synthetic"
         protocol = protocol or "tools"
@@ -77,6 +78,7 @@ def eval_command(
         from tracerl.rollout.runner import Policy
 
         bundle = load(model)
+        bundle.model = for_inference(bundle.model)
         sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
         parser = get_parser("search_r1") if protocol == "search_r1" else None
         policy = Policy.from_bundle(bundle, sampler, parser)

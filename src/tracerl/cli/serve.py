@@ -27,6 +27,7 @@ def serve_command(
     """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
     chat completions (text in and out, through the model's chat template)."""
     from tracerl.models import ModelNotFoundError, load
+    from tracerl.models.placement import for_inference
     from tracerl.rollout.serve import serve_model
 
     try:
@@ -34,6 +35,7 @@ def serve_command(
     except ModelNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    bundle.model = for_inference(bundle.model)  # the GPU when there is one
     serve_model(
         bundle,
         model,

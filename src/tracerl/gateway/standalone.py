@@ -39,6 +39,7 @@ def run_gateway(
     from tracerl.gateway.server import Gateway
     from tracerl.gateway.session import GatewaySession
     from tracerl.models import load
+    from tracerl.models.placement import for_inference
     from tracerl.rollout import BatchedHFSampler
     from tracerl.rollout.budget import Budgets, RolloutConfig
     from tracerl.rollout.persist import EpisodeWriter
@@ -46,6 +47,7 @@ def run_gateway(
     from tracerl.types import StopReason
 
     bundle = load(model)
+    bundle.model = for_inference(bundle.model)
     sampler = BatchedHFSampler(bundle.model, temperature=temperature)
     policy = Policy.from_bundle(bundle, sampler, get_parser(parser) if parser else None)
     cfg = RolloutConfig(

@@ -139,6 +139,12 @@ def place(model: Any, placement: Placement) -> Any:
     return model
 
 
+def for_inference(model: Any, device: str = "auto") -> Any:
+    """`model` placed to sample only (a server, an evaluation without a config): on the GPU
+    when there is one, its weights in the compute dtype (bf16 there, fp32 on a CPU)."""
+    return place(model, resolve(device).frozen())
+
+
 def placement_of(model: Any) -> Placement:
     """The placement `place` gave `model`, or the one its weights show (no autocast)."""
     mark = getattr(model, _MARK, None)
