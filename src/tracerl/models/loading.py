@@ -147,7 +147,7 @@ def _convert_smollm2(gguf: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = _smollm2_turn_end(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
@@ -187,6 +187,7 @@ def load_smollm2() -> PolicyBundle:
         # always the copy on disk: a first run uses exactly the weights and tokenizer that
         # later runs load
         model, tok = _load_folder(folder)
+    tok = _smollm2_turn_end(tok)  # a folder an older transformers converted, too
     return PolicyBundle(
         model=model,
         tokenizer=tok,
