@@ -36,7 +36,8 @@ VERIFIERS_VENV  := .venv-verifiers
 VERIFIERS_PIN   := verifiers==0.4.0 uv
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.tracerl-installed
 
-.PHONY: install vllm openenv verifiers demo test lint format clean chromium bubblewrap
+.PHONY: install vllm openenv verifiers demo test lint format clean chromium bubblewrap \
+	gpu-check gpu-wheels
 
 # Each install step says what it installs before it starts (pip itself is kept quiet).
 $(PY):
@@ -135,6 +136,18 @@ bubblewrap:
 WORKERS ?= 2
 test: lint chromium bubblewrap vllm openenv verifiers
 	TRACERL_REQUIRE_VLLM=1 TRACERL_REQUIRE_OPENENV=1 TRACERL_REQUIRE_VERIFIERS=1 $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadscope --durations=25
+
+# The GPU tier, on a machine with a CUDA GPU: the environment record, tests/gpu and the
+# device-sensitive unit tests on CUDA, the smoke run (auto device, resume, export, the export's
+# eval on CPU and GPU alike) and the demo on tiny-random, in under 8 minutes; it writes
+# runs/gpu-check/report.md. `DEVICE=cpu BUDGET=300 make gpu-check` is its dry run on the CPU.
+# No install step: on a GPU machine it runs with that machine's python (torch for its CUDA),
+# after installing from .gpu/ what `make gpu-wheels` gathered (run that where PyPI is reached).
+gpu-check:
+	bash benchmarks/gpu_check.sh
+
+gpu-wheels: $(STAMP)
+	bash benchmarks/gpu_wheels.sh
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
