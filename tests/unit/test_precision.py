@@ -231,3 +231,19 @@ def test_padded_batches_move_whole(tiny, trajectories):
         b.weights_B,
     ]
     assert {t.device.type for t in tensors} == {"meta"}
+
+
+def test_each_torchrun_rank_places_its_model_on_its_own_gpu(monkeypatch):
+    """Under torchrun every rank resolves auto (and cuda) to ``cuda:LOCAL_RANK``, the GPU its
+    NCCL group uses, whatever the current device was when the model was placed."""
+    from tracerl.train.distributed.ranks import Ranks
+    from tracerl.train.distributed.ranks import device_of as rank_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve("auto").device == torch.device("cuda", 3) == resolve("cuda").device
+    assert rank_device(Ranks(3, 4, 3), "auto") == torch.device("cuda", 3)
+    assert rank_device(Ranks(3, 4, 3), "cpu") == CPU
+    monkeypatch.delenv("LOCAL_RANK")
+    assert resolve("auto").device == torch.device("cuda", 0)

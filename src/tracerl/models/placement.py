@@ -32,6 +32,7 @@ than a CUDA error deep inside torch).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,16 +81,17 @@ class Placement:
 
 
 def resolve_device(device: str) -> torch.device:
-    """``auto``: the current GPU if one is visible, else the CPU; ``cuda`` with no GPU
-    visible is refused."""
-    if device == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        return torch.device("cuda", torch.cuda.current_device())
-    if device == "cuda":
+    """``auto``: this process's GPU if one is visible, else the CPU; ``cuda`` with no GPU
+    visible is refused. This process's GPU: ``cuda:LOCAL_RANK`` under ``torchrun`` (each
+    rank its own), else the current one."""
+    if device == "auto" and not torch.cuda.is_available():
+        return torch.device("cpu")
+    if device in ("auto", "cuda"):
         if not torch.cuda.is_available():
             raise ValueError("model.device: 'cuda' was asked for but no GPU is visible; use auto")
-        return torch.device("cuda", torch.cuda.current_device())
+        local = os.environ.get("LOCAL_RANK")
+        index = int(local) if local is not None else torch.cuda.current_device()
+        return torch.device("cuda", index)
     return torch.device(device)
 
 

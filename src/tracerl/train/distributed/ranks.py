@@ -54,10 +54,12 @@ def launched() -> Ranks:
 
 
 def device_of(ranks: Ranks, device: str) -> torch.device:
-    """Where this rank's learner runs: its own GPU (``LOCAL_RANK``), or the CPU."""
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    return torch.device("cuda", ranks.local_rank)
+    """Where this rank's learner runs: its own GPU (``LOCAL_RANK``), or the CPU (the rule of
+    `tracerl.models.placement.resolve_device`, which places the rank's model)."""
+    from tracerl.models.placement import resolve_device
+
+    placed = resolve_device(device)
+    return torch.device("cuda", ranks.local_rank) if placed.type == "cuda" else placed
 
 
 def init_process_group(ranks: Ranks, device: torch.device, timeout_s: float) -> None:
