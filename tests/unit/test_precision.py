@@ -247,3 +247,32 @@ def test_each_torchrun_rank_places_its_model_on_its_own_gpu(monkeypatch):
     assert rank_device(Ranks(3, 4, 3), "cpu") == CPU
     monkeypatch.delenv("LOCAL_RANK")
     assert resolve("auto").device == torch.device("cuda", 0)
+
+
+def test_a_lora_runs_frozen_base_keeps_no_master_copy(tmp_path, trajectories):
+    """LoRA under bf16-mixed: the base never trains, so its weights stay in the compute
+    dtype (half the memory of fp32 master weights); the adapters, the only weights that
+    train, and their optimizer state are fp32, so small updates still land."""
+    pytest.importorskip("peft")
+    from tracerl.config.loading import load_config
+    from tracerl.preflight import prepare
+    from tracerl.train.run import Run
+
+    cfg = load_config(
+        "configs/learn-arithmetic.yaml",
+        [f"out_dir={tmp_path}", "model.spec=tiny-random", "model.lora.r=4", "model.dtype=bfloat16"],
+    )
+    run = Run(prepare(cfg))
+    assert (
+        run.placement.describe() == "cpu bf16-mixed (base bf16, LoRA adapters fp32, compute bf16)"
+    )
+    model = run.bundle.model
+    kinds = {(p.requires_grad, p.dtype) for p in model.parameters()}
+    assert kinds == {(False, torch.bfloat16), (True, torch.float32)}
+    learner = Learner(model, LearnerConfig(lr=1e-6))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    learner.update(trajectories, [1.0, -1.0])
+    moved = [n for n, p in model.named_parameters() if p.requires_grad and not p.equal(before[n])]
+    # every adapter's B (zero at first: A's gradient is zero until B moves) moved by ~1e-6
+    assert moved == [n for n in before if "lora_B" in n] and moved
+    assert {s["exp_avg"].dtype for s in learner.optimizer.state.values()} == {torch.float32}

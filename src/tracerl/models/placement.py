@@ -57,6 +57,9 @@ class Placement:
     """The dtype the forward computes in (autocast when it differs from `weights`)."""
     precision: str
     """``fp32``, ``bf16-mixed`` or ``bf16``."""
+    lora: bool = False
+    """A LoRA run's frozen base (`for_lora_base`): `weights` are the base's; peft keeps the
+    adapters, the only weights that train, in fp32."""
 
     @property
     def mixed(self) -> bool:
@@ -68,6 +71,13 @@ class Placement:
         pure = "fp32" if self.compute == torch.float32 else "bf16"
         return Placement(self.device, self.compute, self.compute, pure)
 
+    def for_lora_base(self) -> Placement:
+        """The placement of a LoRA run's base model: its weights never train, so they need
+        no fp32 master copy and are kept in the compute dtype (bf16 on a GPU: half the
+        memory); peft upcasts the adapters it adds to fp32, and each LoRA layer computes its
+        adapter in the adapter's dtype. On a CPU in fp32 nothing changes."""
+        return Placement(self.device, self.compute, self.compute, self.precision, lora=True)
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """`torch.autocast` to the compute dtype when mixed; else nothing."""
         if not self.mixed:
@@ -77,6 +87,8 @@ class Placement:
     def describe(self) -> str:
         name = {torch.float32: "fp32", torch.bfloat16: "bf16"}
         w, c = name[self.weights], name[self.compute]
+        if self.lora:
+            return f"{self.device} {self.precision} (base {w}, LoRA adapters fp32, compute {c})"
         return f"{self.device} {self.precision} (weights {w}, compute {c})"
 
 

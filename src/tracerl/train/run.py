@@ -100,9 +100,11 @@ class Run:
     @cached_property
     def placement(self) -> Placement:
         """Where the run's model lives and in which precision it trains (``model.device``,
-        ``model.dtype``, ``trainer.precision``: `tracerl.models.placement`)."""
+        ``model.dtype``, ``trainer.precision``: `tracerl.models.placement`); with LoRA, the
+        frozen base's (its weights in the compute dtype, the adapters fp32)."""
         m = self.cfg.model
-        return resolve_placement(m.device, m.dtype, self.cfg.trainer.precision)
+        placement = resolve_placement(m.device, m.dtype, self.cfg.trainer.precision)
+        return placement.for_lora_base() if m.lora is not None else placement
 
     @cached_property
     def bundle(self) -> Any:
@@ -117,8 +119,13 @@ class Run:
 
         cfg = self.cfg
         bundle = load(spec)
-        bundle.model = place(bundle.model, self.placement)
-        if cfg.model.lora is not None and spec == cfg.model.spec:
+        lora = cfg.model.lora is not None and spec == cfg.model.spec
+        placement = self.placement
+        if cfg.model.lora is not None and not lora:  # another spec: trained as configured
+            m = cfg.model
+            placement = resolve_placement(m.device, m.dtype, cfg.trainer.precision)
+        bundle.model = place(bundle.model, placement)
+        if lora:
             bundle.model = apply_lora(
                 bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed
             )
