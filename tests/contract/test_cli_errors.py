@@ -265,6 +265,11 @@ CASES = {
         None,
     ),
     "load-model of an unknown spec": (["load-model", "gpt-5"], "unknown model spec", None),
+    "export of a run that does not exist": (
+        ["export", "RUNS/missing", "--out", "exported"],
+        "there is no run at",
+        "give a run's folder",
+    ),
     "sft on a missing file": (["sft", "nope.jsonl", "--out", "m"], "nope.jsonl", None),
     "replay without an episode": (
         ["replay", "RUNS/existing"],

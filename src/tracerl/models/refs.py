@@ -97,6 +97,11 @@ def parse_model_ref(text: str) -> ModelRef:
     if text.startswith("run:"):
         where, _, step = text[4:].partition("@")
         run_dir = Path(where).expanduser()
+        if not run_dir.is_dir():
+            raise ModelNotFoundError(
+                f"{text}: there is no run at {run_dir} (no such folder)",
+                "give a run's folder (runs/NAME: the out_dir and name it was trained with)",
+            )
         steps = checkpoint_steps(run_dir)
         if not steps:
             raise ModelNotFoundError(
