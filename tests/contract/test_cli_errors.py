@@ -411,3 +411,26 @@ def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp
     assert len(written) == 2 and all(after[k] == before[k] for k in written)  # kept as they were
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps if m["phase"] == "train"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("command", ["serve", "gateway"])
+def test_a_server_on_a_port_in_use_says_so_in_two_lines_before_loading(command, tmp_path):
+    """`serve`/`gateway` on a port something listens on: two lines naming the port and the
+    option, exit 2, and no model loaded first (nothing in the cache)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cache = tmp_path / "cache"
+        r = _tracerl([command, "tiny-random", "--port", str(port)], tmp_path, cache)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert len(lines) == 2 and "Traceback" not in r.stderr, r.stderr
+    assert (
+        lines[0]
+        == f"error: port {port} on 127.0.0.1 is in use or not allowed (Address already in use)"
+    )
+    assert "--port" in lines[1]
+    assert not cache.exists() or not any(cache.iterdir()), "a model was loaded first"

@@ -143,6 +143,31 @@ def run_folder(run: Path) -> Path:
     return Path("runs") / run if not run.exists() and (Path("runs") / run).exists() else run
 
 
+def port_free(host: str, port: int, option: str = "--port") -> None:
+    """`UserError` (two lines, exit 2) when `host:port` cannot be listened on — checked
+    before a model loads, so a port in use costs a second, not a model load and a server's
+    traceback. Bound as the servers bind (``SO_REUSEADDR``: a port whose last connections
+    are still closing is free to them); port 0 (any free port) always is."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}: {e}", "give an address of this machine") from e
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise UserError(
+                f"port {port} on {host} is in use or not allowed ({e.strerror})",
+                f"pick another with {option} (or stop what listens there)",
+            ) from e
+
+
 def fail(message: str, hint: str | None = None) -> typer.Exit:
     """Print an error for a person (no traceback, no markup) and return the exit to raise."""
     err_console.print(f"error: {message}", markup=False, highlight=False)

@@ -26,10 +26,12 @@ def serve_command(
 ) -> None:
     """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
     chat completions (text in and out, through the model's chat template)."""
+    from tracerl.cli.common import port_free
     from tracerl.models import ModelNotFoundError, load
     from tracerl.models.placement import for_inference
     from tracerl.rollout.serve import serve_model
 
+    port_free(host, port)  # before the model loads
     try:
         bundle = load(model)
     except ModelNotFoundError as e:
@@ -66,8 +68,10 @@ def gateway_command(
 ) -> None:
     """Serve the OpenAI chat-completions API over a model, recording every session's tokens
     with their authors (sessions end into OUT as episodes)."""
+    from tracerl.cli.common import port_free
     from tracerl.gateway.standalone import run_gateway
 
+    port_free(host, port)  # before the model loads
     run_gateway(
         model,
         port=port,
