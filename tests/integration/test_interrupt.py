@@ -175,3 +175,24 @@ def test_ctrl_c_while_starting_stops_at_once_and_says_what_was_kept(tmp_path):
     assert "Ctrl-C while starting" in out and "Nothing was written." in out, out
     assert "Traceback" not in out, out
     assert not (tmp_path / "learn-arithmetic").exists()  # the same command starts it afresh
+
+
+def test_ctrl_c_in_the_baseline_evaluation_ends_the_command_as_a_stop_not_an_error(tmp_path):
+    """The command as a user runs it: Ctrl-C during the baseline evaluation, before any of
+    its episodes finished, prints the resume line and ends as any stopped phase does (status
+    0), saying there is no dashboard yet — not exit 2 with a report error about a run with
+    nothing in it."""
+    # every baseline episode blocks (reset 2 on): the stop comes before any is recorded
+    proc = _gated_command(tmp_path, 2, stderr=subprocess.STDOUT, env={"COLUMNS": "200"})
+    try:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = tmp_path / "learn-arithmetic"
+    said = " ".join(out.split())  # the terminal wraps long paths
+    assert proc.returncode == 0, out
+    assert f"tracerl train {run / 'config.yaml'} --resume" in said, out
+    assert f"no report: {run} has no metrics or episodes yet" in said, out
+    assert "error" not in out.lower() and "Traceback" not in out, out

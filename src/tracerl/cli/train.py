@@ -64,12 +64,17 @@ def train(
             return
         with progress_bars() as bars:
             run_training(cfg, resume=resume, progress=bars, run=run)
+    from tracerl.report.run import RunDirError, check_run_dir
     from tracerl.report.terminal import print_evals
 
-    print_evals(cfg.run_dir, console)
-    console.print(
-        f"report: {write_report(cfg.run_dir)}", markup=False, highlight=False, soft_wrap=True
-    )
+    run_dir = cfg.run_dir
+    try:
+        check_run_dir(run_dir)
+    except RunDirError:  # stopped (Ctrl-C) before anything was recorded: nothing wrong
+        console.print(f"no report: {run_dir} has no metrics or episodes yet", markup=False)
+        return
+    print_evals(run_dir, console)
+    console.print(f"report: {write_report(run_dir)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _usage() -> None:
