@@ -109,6 +109,28 @@ def test_bad_tool_definitions_are_refused_with_a_reason():
         tool(version="")(reader)
 
 
+class Money:
+    """A user's own class: pydantic can neither check it nor describe it to the model."""
+
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+
+def test_an_argument_of_a_class_without_a_schema_is_named_with_its_tool():
+    """Not pydantic's raw schema error: the tool, the argument, its type and what to do."""
+
+    def refund(order_id: str, amount: Money) -> str:
+        """Refund an order."""
+        return ""
+
+    with pytest.raises(ValueError) as e:
+        tool(refund)
+    said = str(e.value)
+    assert said.startswith("tool 'refund' (")
+    assert "argument 'amount' is typed Money, which has no JSON schema" in said
+    assert "type it with JSON types" in said and "pydantic" not in type(e.value).__module__
+
+
 def test_write_tools_receive_dry_run_and_hide_it_from_the_schema():
     seen = []
 

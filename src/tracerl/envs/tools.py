@@ -276,13 +276,17 @@ def make_tool(
         fields[p.name] = (hints[p.name], pydantic.Field(default, description=arg_docs.get(p.name)))
     if has_dry_run and effect != "write":
         raise ValueError(f"{where}: only write tools take dry_run; declare effect='write'")
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
+    try:
+        model = pydantic.create_model(  # type: ignore[call-overload]
+            f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+        parameters = _strip_titles(model.model_json_schema())
+    except pydantic.PydanticUserError as e:  # a type pydantic can neither check nor describe
+        raise ValueError(_untyped_argument(where, fields, e)) from None
     return Tool(
         name=tool_name,
         description=summary,
-        parameters=_strip_titles(model.model_json_schema()),
+        parameters=parameters,
         fn=fn,
         effect=effect,
         timeout_s=timeout_s,
@@ -290,6 +294,22 @@ def make_tool(
         has_dry_run=has_dry_run,
         _args_model=model,
     )
+
+
+def _untyped_argument(where: str, fields: dict[str, Any], error: Exception) -> str:
+    """Which argument's type has no JSON schema, and what to type it with instead."""
+    for name, (hint, _) in fields.items():
+        try:
+            pydantic.TypeAdapter(hint).json_schema()
+        except pydantic.PydanticUserError:
+            shown = getattr(hint, "__qualname__", None) or repr(hint)
+            return (
+                f"{where}: argument {name!r} is typed {shown}, which has no JSON schema for "
+                "the model to fill in; type it with JSON types (str, int, float, bool, "
+                "Literal[...], list[...], dict[str, ...]) or a pydantic model, dataclass or "
+                "TypedDict of them, and build the object inside the tool"
+            )
+    return f"{where}: its arguments have no JSON schema ({type(error).__name__}: {error})"
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
