@@ -1,11 +1,24 @@
-"""The request handler our two small HTTP servers share (`tracerl serve`, `tracerl
-serve-retriever`): JSON answers with their length, and no request log."""
+"""What our small HTTP servers share (`tracerl serve`, the gateway, `tracerl
+serve-retriever`): JSON answers with their length, no request log, and no traceback when a
+client went away before its answer was written (`Server`)."""
 
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+class Server(ThreadingHTTPServer):
+    """A threading HTTP server for which a client that hung up (a broken pipe, a reset
+    connection: an agent cancelled, a test's client closed) is not an error: nothing is
+    printed. Any other exception in a handler is still printed with its traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset...
+            return
+        super().handle_error(request, client_address)
 
 
 class JSONHandler(BaseHTTPRequestHandler):

@@ -39,13 +39,12 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tracerl.gateway.chat import GatewayError
 from tracerl.gateway.protocols import BY_ROUTE, Protocol
 from tracerl.gateway.session import GatewaySession
-from tracerl.jsonhttp import JSONHandler
+from tracerl.jsonhttp import JSONHandler, Server
 
 MAX_BODY = 32 << 20
 
@@ -73,7 +72,7 @@ class Gateway:
         self.request_timeout_s = request_timeout_s
         self.sessions: dict[str, GatewaySession] = {}
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: Server | None = None
         self.url: str | None = None
 
     # ---- sessions --------------------------------------------------------------------------
@@ -123,7 +122,7 @@ class Gateway:
     # ---- HTTP ------------------------------------------------------------------------------
     def start(self) -> str:
         """Listen; returns the base URL (``http://host:port``; clients add ``/v1``)."""
-        self._httpd = ThreadingHTTPServer((self.host, self.port), _handler(self))
+        self._httpd = Server((self.host, self.port), _handler(self))
         self._httpd.daemon_threads = True
         threading.Thread(
             target=self._httpd.serve_forever, name="tracerl-gateway", daemon=True

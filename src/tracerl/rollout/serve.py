@@ -34,10 +34,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from tracerl.jsonhttp import JSONHandler
+from tracerl.jsonhttp import JSONHandler, Server
 from tracerl.rollout.sampler import SampleRequest
 
 MAX_BODY = 16 << 20
@@ -59,7 +58,7 @@ class CompletionServer:
         self.enable_lora = enable_lora
         self.adapters: set[str] = set()
         self.served = 0
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: Server | None = None
 
     async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         if method == "GET" and path == "/health":
@@ -239,7 +238,7 @@ class CompletionServer:
         library's threaded server (as `serve-retriever`'s); each request is answered in this
         event loop, where the sampler batches the requests that wait together."""
         loop = asyncio.get_running_loop()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self, loop))
+        self._httpd = Server((host, port), _handler(self, loop))
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self._httpd.server_address[1]

@@ -19,13 +19,12 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tracerl.envs.search.corpus import Corpus, Doc
 from tracerl.envs.search.index import BM25Index, Hit
 from tracerl.envs.tools import InfraError
-from tracerl.jsonhttp import JSONHandler
+from tracerl.jsonhttp import JSONHandler, Server
 from tracerl.types import FaultKind
 
 MAX_TOPK = 50
@@ -70,7 +69,7 @@ class RetrievalServer:
     """The server in a background thread: ``with RetrievalServer(corpus) as s: s.url``."""
 
     def __init__(self, corpus: Corpus, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.httpd = ThreadingHTTPServer((host, port), _handler(BM25Index(corpus)))
+        self.httpd = Server((host, port), _handler(BM25Index(corpus)))
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
