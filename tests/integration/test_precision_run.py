@@ -5,6 +5,7 @@ what is saved is fp32. The same plumbing the GPU tier runs on CUDA (tests/gpu/).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ def _train(out: Path, *extra: str) -> str:
 def test_a_bf16_mixed_run_trains_checkpoints_in_fp32_and_resumes(tmp_path):
     log = _train(tmp_path, "trainer.steps=2")
     assert "on cpu bf16-mixed (weights fp32, compute bf16)" in log, log[:1500]
+    # a checkpoint write says it is under way and what it wrote (SmolLM2's take a while)
+    assert "writing checkpoint step_1 (weights, optimizer state, RNGs) ..." in log, log
+    assert re.search(
+        r"wrote checkpoint step_1: [\d.]+ MB \(model\.pt [\d.]+ MB, optimizer\.pt", log
+    )
     run = tmp_path / "learn-arithmetic"
     ckpt = run / "checkpoints" / "step_1"
     weights = torch.load(ckpt / "model.pt", weights_only=True)

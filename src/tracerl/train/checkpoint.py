@@ -15,6 +15,8 @@ import json
 import os
 import random
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,16 @@ def save_checkpoint(
     extra: dict[str, Any],
     *,
     keep: int = KEEP,
+    log: Callable[[str], None] | None = None,
 ) -> Path:
     """`learner`: None before RL's optimizer exists (after a warm start). The newest `keep`
-    checkpoints stay (``trainer.keep_last``)."""
+    checkpoints stay (``trainer.keep_last``). `log` is told when the write starts and what
+    it wrote (a full fine-tune's checkpoint is the fp32 weights and AdamW's two moments,
+    three times the weights: 1.6 GB and tens of seconds for SmolLM2-135M)."""
     target = run_dir / "checkpoints" / f"step_{step}"
+    t0 = time.perf_counter()
+    if log is not None:
+        log(f"writing checkpoint {target.name} (weights, optimizer state, RNGs) ...")
     # every learner rank takes part in gathering the optimizer's state, before any write
     optimizer_state = learner.optimizer_state() if learner is not None else None
 
@@ -74,7 +82,24 @@ def save_checkpoint(
     save_folder_atomically(target, write)
     for old in sorted(_steps(run_dir))[:-keep]:
         shutil.rmtree(run_dir / "checkpoints" / f"step_{old}", ignore_errors=True)
+    if log is not None:
+        log(describe_written(target, time.perf_counter() - t0))
     return target
+
+
+def describe_written(folder: Path, seconds: float) -> str:
+    """``wrote checkpoint step_3: 1.62 GB (model.pt 0.54 GB, optimizer.pt 1.08 GB) in 41 s``."""
+    sizes = {f.name: f.stat().st_size for f in sorted(folder.iterdir())}
+    parts = ", ".join(
+        f"{name} {_gb(n)}" for name, n in sizes.items() if name in ("model.pt", "optimizer.pt")
+    )
+    return (
+        f"wrote checkpoint {folder.name}: {_gb(sum(sizes.values()))} ({parts}) in {seconds:.1f} s"
+    )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def _steps(run_dir: Path) -> list[int]:

@@ -172,7 +172,14 @@ def _train(
             set_phase("the warm start")
             warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish)
             save_checkpoint(
-                run_dir, -1, bundle.model, None, sampler, {"seed": t.seed}, keep=t.keep_last
+                run_dir,
+                -1,
+                bundle.model,
+                None,
+                sampler,
+                {"seed": t.seed},
+                keep=t.keep_last,
+                log=log,
             )
             if stop.requested:  # during the fine-tuning, which finished: it is kept
                 log(stop.stopped("after the warm start (checkpoint written)"))
@@ -207,7 +214,14 @@ def _train(
 
     def checkpoint(step: int) -> None:
         save_checkpoint(
-            run_dir, step, bundle.model, learner, sampler, {"seed": t.seed}, keep=t.keep_last
+            run_dir,
+            step,
+            bundle.model,
+            learner,
+            sampler,
+            {"seed": t.seed},
+            keep=t.keep_last,
+            log=log,
         )
         saved["step"] = step
 
