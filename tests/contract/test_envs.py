@@ -80,6 +80,10 @@ def test_check_env_command():
     result = CliRunner().invoke(app, ["check-env", "refund_desk"])
     assert result.exit_code == 0, result.output
     assert "reset determinism" in result.stdout and "FAIL" not in result.stdout
+    # says what it does before the slow parts, each check as it passes, the verdict last
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("check-env refund_desk: building the environment")
+    assert lines[-1] == "check_env(refund_desk): ok"
     bad = CliRunner().invoke(app, ["check-env", "no_such_env"])
     assert bad.exit_code == 2 and "refund_desk" in bad.output
 
@@ -203,3 +207,28 @@ def test_arithmetic_held_out_sums_are_never_trained_on():
     assert len(train) == 80 and len(held) == 20 and not train & held
     with pytest.raises(ValueError, match="heldout"):
         env.sample_tasks(4, split="test")
+
+
+def test_each_checks_line_is_told_as_soon_as_it_is_known():
+    """`on_result` hears every line of the report, in the order the checks ran, each before
+    the next check starts (a slow check is never silent about the ones before it)."""
+    from tracerl.rollout.env_check import check_env
+
+    heard: list[tuple[str, int]] = []
+    started = {"n": 0}
+    real = RefundDesk.reset
+
+    async def counting(self, *args, **kwargs):
+        started["n"] += 1
+        return await real(self, *args, **kwargs)
+
+    RefundDesk.reset = counting
+    try:
+        report = check_env("refund_desk", on_result=lambda line: heard.append((line, started["n"])))
+    finally:
+        RefundDesk.reset = real
+    said = [line for line, _ in heard]
+    assert said == [x for x in str(report).splitlines()[1:]], said  # the whole report
+    assert [line.split()[1] for line in said[:3]] == ["versions", "schemas", "splits:"]
+    resets = [n for _, n in heard]
+    assert resets == sorted(resets) and resets[0] < resets[-1]  # told between the checks

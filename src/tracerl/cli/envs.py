@@ -59,20 +59,29 @@ def check_env_cmd(
         name, kwargs, mcp = env_cfg.name, {**env_cfg.kwargs, **kwargs}, env_cfg.mcp
     if name is None:
         raise ConfigError("check-env: name an environment, or give --config FILE")
+    label = name + "".join(f" {a}" for a in arg or [])
+
+    def say(line: str) -> None:  # each line as soon as it is known
+        console.print(line, markup=False, highlight=False)
+
+    say(f"check-env {label}: building the environment (its data, index or servers) ...")
     try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
         build_probe(name, kwargs, mcp)
     except ConfigError as e:
         message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
         raise ConfigError(message, e.hint) from e
-    label = name + "".join(f" {a}" for a in arg or [])
+    say("  loading the tokenizer its scripted episodes are rendered with ...")
+    renderer = ChatRenderer(smollm2_tokenizer())
+    say("  checks: versions, schemas, splits, determinism, dry runs, reward")
     report = check_env(
         env_factory(name, kwargs, mcp),
-        renderer=ChatRenderer(smollm2_tokenizer()),
+        renderer=renderer,
         seed=seed,
         raise_on_failure=False,
         label=label,
+        on_result=say,
     )
-    console.print(str(report), markup=False, highlight=False)
+    say(f"check_env({label}): {'ok' if report.ok else 'FAILED'}")
     if not report.ok:
         raise typer.Exit(1)
 

@@ -79,9 +79,12 @@ def run_env_checks(
     seed: int = 0,
     raise_on_failure: bool = True,
     label: str | None = None,
+    on_result: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Check an environment (a name `make` resolves, or a zero-argument factory); the reward
-    check scores the episodes `scripted_episodes` plays (`tracerl.rollout.env_check`)."""
+    check scores the episodes `scripted_episodes` plays (`tracerl.rollout.env_check`).
+    `on_result` is told each check's line (``  ok    versions``) as soon as it is known: a
+    check that builds an index or plays episodes takes seconds."""
     factory = (lambda: make(env)) if isinstance(env, str) else env
     report = CheckReport(
         label or (env if isinstance(env, str) else getattr(env, "__name__", "env"))
@@ -106,20 +109,29 @@ def run_env_checks(
             problem = asyncio.run(check(factory, renderer, seed))
         except Exception as e:  # a crashing env fails the check, with its error
             problem = f"raised {type(e).__name__}: {e}"
-        if problem and problem.startswith(_WARN):  # passed: "warning: W; note: N"
-            warning, _, note = problem.removeprefix(_WARN).partition("; " + _NOTE)
-            report.passed.append(f"{label}: {note}" if note else label)
-            report.warnings.append(f"{label}: {warning}")
-            continue
-        if problem and problem.startswith(_NOTE):  # passed, with something to say
-            report.passed.append(f"{label}: {problem.removeprefix(_NOTE)}")
-            continue
-        (report.failed if problem else report.passed).append(
-            f"{label}: {problem}" if problem else label
-        )
+        lines = _record(report, label, problem)
+        for line in lines if on_result is not None else ():
+            on_result(line)
     if raise_on_failure and not report.ok:
         raise EnvCheckError(str(report))
     return report
+
+
+def _record(report: CheckReport, label: str, problem: str | None) -> list[str]:
+    """File one check's outcome in `report`; its lines as `str(report)` shows them."""
+    if problem and problem.startswith(_WARN):  # passed: "warning: W; note: N"
+        warning, _, note = problem.removeprefix(_WARN).partition("; " + _NOTE)
+        report.passed.append(f"{label}: {note}" if note else label)
+        report.warnings.append(f"{label}: {warning}")
+        return [f"  ok    {report.passed[-1]}", f"  WARN  {report.warnings[-1]}"]
+    if problem and problem.startswith(_NOTE):  # passed, with something to say
+        report.passed.append(f"{label}: {problem.removeprefix(_NOTE)}")
+        return [f"  ok    {report.passed[-1]}"]
+    if problem:
+        report.failed.append(f"{label}: {problem}")
+        return [f"  FAIL  {report.failed[-1]}"]
+    report.passed.append(label)
+    return [f"  ok    {label}"]
 
 
 async def _versions(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:

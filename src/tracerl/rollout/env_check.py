@@ -31,8 +31,10 @@ def check_env(
     seed: int = 0,
     raise_on_failure: bool = True,
     label: str | None = None,
+    on_result: Callable[[str], None] | None = None,
 ) -> CheckReport:
-    """Check an environment (a name `make` resolves, or a zero-argument factory)."""
+    """Check an environment (a name `make` resolves, or a zero-argument factory);
+    `on_result` is told each check's line as it is known."""
     return run_env_checks(
         env,
         scripted_episodes,
@@ -40,6 +42,7 @@ def check_env(
         seed=seed,
         raise_on_failure=raise_on_failure,
         label=label,
+        on_result=on_result,
     )
 
 
