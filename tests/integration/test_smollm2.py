@@ -27,6 +27,13 @@ def test_cold_conversion_and_cached_load_give_the_same_model(tmp_path, monkeypat
     with torch.no_grad():
         assert torch.equal(cold.model(x).logits, cached.model(x).logits)
     assert cold.renderer.template_hash == cached.renderer.template_hash
+    # what a replay reads instead of the whole model: the same tokenizer and template
+    from tracerl.models.loading import load_renderer
+
+    alone = load_renderer("smollm2-135m-instruct")
+    assert alone.template_hash == cached.renderer.template_hash
+    assert alone.tokenizer.get_vocab() == cached.tokenizer.get_vocab()
+    assert alone.stop_token_ids == cached.renderer.stop_token_ids
     # a seeded episode's first turn, token for token: prompt, sampled ids and log-probs
     conv = [{"role": "user", "content": "Name a city in France."}]
     runs = []

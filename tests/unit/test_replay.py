@@ -156,3 +156,34 @@ def test_live_replay_reports_a_failing_env_instead_of_crashing(tiny, tmp_path):
     assert report.steps[0].status == "same"  # reset still works
     assert report.drifted and all(d.status == "failed" for d in report.drifted)
     assert "unreachable" in report.drifted[0].detail
+
+
+def test_a_replay_reads_the_models_tokenizer_without_loading_its_weights(
+    tiny, tmp_path, monkeypatch
+):
+    """`tracerl replay` re-renders; it samples nothing: the receipt's model is read as its
+    tokenizer and template alone (for SmolLM2 that was a whole model load, ~20 s)."""
+    from tracerl.models import loading
+
+    episodes = _record(tiny, tmp_path / "run", rate=0.0, n_tasks=1, group_size=1)
+    recorded = find_episode(tmp_path / "run", episodes[0].episode_id).trajectories
+
+    def no_weights(spec):
+        raise AssertionError(f"replay loaded the weights of {spec}")
+
+    monkeypatch.setattr(loading, "load", no_weights)
+    monkeypatch.setattr("tracerl.models.load", no_weights)
+    report = asyncio.run(replay_exact(recorded))  # the renderer from the receipt
+    assert report.ok, report.first_difference
+
+
+def test_a_specs_renderer_alone_is_the_one_its_model_loads_with():
+    from tracerl.models import load
+    from tracerl.models.loading import TOKENIZERS, load_renderer
+
+    for spec in TOKENIZERS:
+        if spec == "smollm2-135m-instruct":
+            continue  # its weights take seconds to load: tests/integration/test_smollm2.py
+        bundle = load(spec)
+        assert load_renderer(spec).template_hash == bundle.renderer.template_hash, spec
+        assert load_renderer(spec).tokenizer.get_vocab() == bundle.tokenizer.get_vocab(), spec

@@ -200,9 +200,9 @@ async def replay_exact(
     receipt = _receipt(trajectories)
     steps = _steps(trajectories)
     if renderer is None:
-        from tracerl.models import load
+        from tracerl.models.loading import load_renderer
 
-        renderer = load(receipt.model_id).renderer
+        renderer = load_renderer(receipt.model_id)  # the tokenizer alone: no weights
     if renderer.template_hash != receipt.template_hash:
         return ReplayReport(receipt.episode_id, False, "the chat template changed (hash differs)")
     if receipt.agent is not None:  # an agent harness drove it: replay its requests
