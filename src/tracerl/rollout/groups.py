@@ -71,6 +71,7 @@ async def run_group(
     on_episode: Callable[[Episode], None] | None = None,
     score: ScoreFn | None = None,
     backend: RolloutBackend | None = None,
+    stage: str | None = None,
 ) -> list[Episode]:
     """`group_size` episodes of one task, each with its own seed and a fresh env (run where
     `backend` says: in this process by default).
@@ -94,7 +95,7 @@ async def run_group(
     blocking = bool(getattr(score, "blocking", False))
 
     async def member(g: int) -> Episode:
-        eid = group_episode_id(task, seed, g, index)
+        eid = group_episode_id(task, seed, g, index, stage)
         if done is not None and eid in done:
             episode = done[eid]
             if score is not None and episode.reward is None and not together:
@@ -171,11 +172,18 @@ def _score_together(episodes: list[Episode], fresh: list[Episode], score: Any) -
         score_episode(episode, lambda e: breakdowns[id(e)])
 
 
-def group_episode_id(task: dict[str, Any], seed: int, g: int, index: int | None = None) -> str:
-    """``<task id>:s<seed>[:t<position>]:g<member>``: the position keeps two copies of one
-    task in a batch apart."""
+def group_episode_id(
+    task: dict[str, Any], seed: int, g: int, index: int | None = None, stage: str | None = None
+) -> str:
+    """``<task id>:s<seed>[@<stage>][:t<position>]:g<member>``: the position keeps two copies
+    of one task in a batch apart; the stage keeps apart the run's phases that draw the same
+    tasks with the same seed (a training step's episodes have none: their seed is the step;
+    ``warm`` for the warm start's reference, ``eval-<stage>`` for an evaluation). Every
+    episode of a run has its own id, so ``${episode_id}`` keys a shared server's state per
+    episode (docs/mcp.md)."""
     where = "" if index is None else f":t{index}"
-    return f"{task.get('id')}:s{seed}{where}:g{g}"
+    tag = "" if stage is None else f"@{stage}"
+    return f"{task.get('id')}:s{seed}{tag}{where}:g{g}"
 
 
 def episode_task_id(episode_id: str) -> str:
@@ -203,11 +211,13 @@ async def run_groups(
     score: ScoreFn | None = None,
     backend: RolloutBackend | None = None,
     first_index: int = 0,
+    stage: str | None = None,
 ) -> list[list[Episode]]:
     """One group per task, all running concurrently within the episode limit (a backend's
     own capacity when it has one: Ray workers x episodes per worker). Task i has position
     ``first_index + i`` in the step (part of its episode ids: replacement groups of dynamic
-    sampling come after the step's own)."""
+    sampling come after the step's own); `stage` tags the ids of a phase other than a training
+    step (`group_episode_id`)."""
     limit = asyncio.Semaphore(in_flight_limit(max_concurrent_episodes, backend))
     groups = [
         run_group(
@@ -224,6 +234,7 @@ async def run_groups(
             on_episode=on_episode,
             score=score,
             backend=backend,
+            stage=stage,
         )
         for i, t in enumerate(tasks)
     ]

@@ -61,6 +61,9 @@ async def evaluate_async(
                 cfg.rollout,
                 group_size=1,
                 seed=10**6 + step,
+                # baseline and warm-start evaluations share step 0's seed: the stage (and a
+                # second split) keep their episode ids apart
+                stage=f"eval-{stage}" + ("" if split == cfg.env.eval_split else f"-{split}"),
                 writer=EpisodeWriter(where, step),
                 done=done_episodes(where, step),
                 on_episode=bars.advance,

@@ -82,6 +82,7 @@ def warm_start(
                 rollout,
                 group_size=1,
                 seed=0,
+                stage="warm",  # not step 0's ids (its seed is 0 too)
                 writer=EpisodeWriter(run_dir / "warm_start", 0),
                 done=done,
                 on_episode=None if progress is None else progress.advance,
