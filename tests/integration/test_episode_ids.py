@@ -37,5 +37,5 @@ def test_every_episode_of_a_run_with_a_warm_start_and_evaluations_has_its_own_id
     repeated = {i: n for i, n in ids.items() if n > 1}
     assert not repeated, repeated
     # the same task drawn by several phases: told apart by the stage in its id
-    stages = {i.split("@")[1].split(":")[0] for i in ids if "@" in i}
+    stages = {i.split(":")[-3] for i in ids if i.split(":")[-3][0] in "ew"}
     assert {"warm", "eval-baseline", "eval-warm_start", "eval-train"} <= stages, stages

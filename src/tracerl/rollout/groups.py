@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -175,15 +176,24 @@ def _score_together(episodes: list[Episode], fresh: list[Episode], score: Any) -
 def group_episode_id(
     task: dict[str, Any], seed: int, g: int, index: int | None = None, stage: str | None = None
 ) -> str:
-    """``<task id>:s<seed>[@<stage>][:t<position>]:g<member>``: the position keeps two copies
+    """``<task id>:s<seed>[:<stage>][:t<position>]:g<member>``: the position keeps two copies
     of one task in a batch apart; the stage keeps apart the run's phases that draw the same
     tasks with the same seed (a training step's episodes have none: their seed is the step;
     ``warm`` for the warm start's reference, ``eval-<stage>`` for an evaluation). Every
     episode of a run has its own id, so ``${episode_id}`` keys a shared server's state per
-    episode (docs/mcp.md)."""
+    episode (docs/mcp.md). Only letters, digits, ``-``, ``_`` and ``:``: what a server that
+    names its state after it most likely accepts."""
     where = "" if index is None else f":t{index}"
-    tag = "" if stage is None else f"@{stage}"
+    if stage is not None and not _STAGE.fullmatch(stage):
+        raise ValueError(
+            f"episode id stage {stage!r}: letters, digits, '-' and '_', not starting with "
+            "s, t or g (those start the seed, position and member fields)"
+        )
+    tag = "" if stage is None else f":{stage}"
     return f"{task.get('id')}:s{seed}{tag}{where}:g{g}"
+
+
+_STAGE = re.compile(r"[a-fh-ru-zA-Z][A-Za-z0-9_-]*")
 
 
 def episode_task_id(episode_id: str) -> str:
