@@ -321,3 +321,20 @@ def test_a_summary_may_be_longer_than_a_turn(tiny):
     )
     ep = run(tiny, ctx, script=script)
     assert n > 40 and ep.receipt.compactions[0]["summary"] == long  # max_turn_tokens is 40
+
+
+@pytest.mark.parametrize("context", range(200, 700, 50))
+def test_dropping_observations_never_hides_the_output_just_asked_for(tiny, context):
+    """Under ``drop_observations`` a new sample keeps the last turn whatever ``keep_turns``
+    says: the tool output the policy just asked for is never swapped for the marker before
+    it has read it. Where even that does not leave room for the next turn, the episode ends
+    ``context_overflow`` (as under ``stop``) instead of starting a sample over the context."""
+    ctx = ContextConfig(policy="drop_observations", keep_turns=1)
+    ep = run(tiny, ctx, context_tokens=context)
+    for record in ep.receipt.compactions:
+        newest = max([*record["kept"], *record["replaced"], *record["dropped"]])
+        assert newest not in record["replaced"], (context, record)
+    for t in ep.trajectories:  # every sample the policy sampled in fits its context
+        sampled_in = max((i for i, m in enumerate(t.loss_mask) if m), default=0)
+        assert sampled_in < context, (context, sampled_in)
+    assert ep.stop_reason in (StopReason.ANSWERED, StopReason.CONTEXT_OVERFLOW), ep.stop_reason

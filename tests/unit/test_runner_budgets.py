@@ -356,3 +356,34 @@ def test_an_answer_cut_off_says_which_limit_cut_it(tiny, budgets, turn_tokens, s
     cfg = RolloutConfig(budgets=budgets, max_turn_tokens=turn_tokens, reserve=None)
     ep = _run(tiny, [long_answer], cfg)
     assert ep.stop_reason is stop
+
+
+@pytest.mark.parametrize(
+    ("held", "text", "cut_at"),
+    [
+        ("an answer", "the answer is " + "very " * 300, 40),
+        ("half a tool call", READ, 12),  # cut inside its JSON: unreadable
+        ("a whole tool call, then more", READ + " and then " + "more " * 300, None),
+    ],
+)
+def test_a_turn_the_context_cut_ends_context_overflow_whatever_it_held(tiny, held, text, cut_at):
+    """One rule (docs/long-horizon.md): a turn cut off where the context ends stops the
+    episode ``context_overflow`` — nothing parsed or run, no format mistake counted (with
+    ``max_parse_errors: 1`` a cut tool call used to end ``parse_error_limit``)."""
+    prompt = len(
+        _run(tiny, ["x"], RolloutConfig(reserve=None)).trajectories[0].segments[0].token_ids
+    )
+    call = len(tiny.renderer.encode(READ, content=True))
+    room = cut_at if cut_at is not None else call + 4  # past the call's closing tag
+    cfg = RolloutConfig(
+        budgets=Budgets(context_tokens=prompt + room),
+        max_turn_tokens=256,
+        reserve=None,
+        max_parse_errors=1,
+    )
+    ep = _run(tiny, [text], cfg)
+    traj = ep.trajectories[0]
+    assert sum(traj.loss_mask) < len(tiny.renderer.encode(text, content=True))  # it was cut
+    assert ep.stop_reason is StopReason.CONTEXT_OVERFLOW, (held, ep.stop_reason)
+    assert ep.receipt.ledger["used"]["tool_calls"] == 0  # a cut call is never run
+    assert not any(s["policy_error"] or s.get("fault") for s in ep.steps), ep.steps

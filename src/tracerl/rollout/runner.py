@@ -263,11 +263,17 @@ class _EpisodeRun:
         rec = self.records.setdefault(step, {"elapsed_s": self.ledger.elapsed_s[-1]})
         rec.update(action=action.to_dict(), policy_error=False, infra_error=False, attempts=[])
         t0 = time.perf_counter()
+        if res.finish_reason == "length" and self.cut_stop is StopReason.CONTEXT_OVERFLOW:
+            # the context's end cut the turn: whatever it held (an answer, a whole tool call,
+            # half of one), the episode ends context_overflow, as when the context is full
+            # before a turn. Nothing is parsed or run, and it is no format mistake.
+            self._log_step(step, "context_cut", t0, res, rec, None)
+            return StopReason.CONTEXT_OVERFLOW
         if action.error is not None:
             return await self._parse_error(step, action.error, rec, res)
         if action.is_final and res.finish_reason == "length":
             self._log_step(step, "answer_cut", t0, res, rec, None)
-            return self.cut_stop  # the answer was cut off by a token limit or the context
+            return StopReason.MAX_TOKENS  # the answer was cut off by the turn's token cap
         if action.is_final:
             result = await self._env_step(action, rec)
             self._log_step(step, "answer", t0, res, rec, result)

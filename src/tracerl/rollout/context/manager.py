@@ -135,17 +135,19 @@ class EpisodeContext:
         run.ledger.record(step, "summary", cost_ms, len(res.token_ids), None)
         source = [clean(m) for m in run.conv.messages[:-2]]  # less the ask and the summary
         record = self._restart(run, source, text, "policy", due["tokens_before"], step)
-        record["summary_tokens"] = len(res.token_ids)
+        skipped = {"skipped": "no new sample leaves room for the next turn"}
+        if record is not None:
+            record["summary_tokens"] = len(res.token_ids)
         run.records[step] = {
             "elapsed_s": run.ledger.elapsed_s[-1],
             "action": {**Action(text=text).to_dict(), "kind": "summary"},
             "policy_error": False,
             "infra_error": False,
             "attempts": [],
-            "compaction": record,
+            "compaction": record or skipped,
             "reward": {"task": None, "attribution": None},
         }
-        return None
+        return None if record is not None else StopReason.CONTEXT_OVERFLOW
 
     async def _rewrite(
         self, run: Any, step: int, messages: list[Message], rec: dict[str, Any], n: int
@@ -168,7 +170,12 @@ class EpisodeContext:
                 return StopReason.INFRA_FAILURE
             cost_ms = (time.perf_counter() - t0) * 1000
             run.ledger.record(step, f"summary:{by}", cost_ms, 0, None)
-        rec["compaction"] = self._restart(run, source, summary, by, n, step)
+        record = self._restart(run, source, summary, by, n, step)
+        if record is None:  # not even the last turn fits a new sample: as under `stop`
+            rec["compaction"] = {"skipped": "no new sample leaves room for the next turn"}
+            run.conv.add_observation(messages)
+            return StopReason.CONTEXT_OVERFLOW
+        rec["compaction"] = record
         return None
 
     def _bounded(self, run: Any, text: str) -> str:
@@ -187,20 +194,26 @@ class EpisodeContext:
         by: str | None,
         tokens_before: int,
         step: int,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """Start the new sample from `source` (the old sample's messages, cleaned); the
-        compaction's record."""
+        compaction's record. None, and nothing started, when no new sample leaves room for
+        the next turn: the caller stops the episode ``context_overflow``. Without a summary
+        (``drop_observations``) the last turn is always kept: the tool output the policy
+        just asked for is never replaced by the marker before it has seen it."""
         conv, tools = run.conv, run.env.tool_schemas() or None
         initial = len(run.reset_messages)
         head = initial + (1 if self.summarized else 0)
+        most = len(turns(source[head:]))
+        floor = 0 if summary is not None else min(1, most)
         chosen = None
-        for keep in range(min(self.cfg.keep_turns, len(turns(source[head:]))), -1, -1):
+        for keep in range(max(min(self.cfg.keep_turns, most), floor), floor - 1, -1):
             messages, kept, replaced = self._prompt(run, source, head, summary, keep)
             length = conv.length_of_restart(messages, tools)
-            chosen = (messages, kept, replaced, length)
             if length + self._room_after() <= (self.limit or 0):
+                chosen = (messages, kept, replaced, length)
                 break  # the most turns that leave room for what comes next
-        assert chosen is not None
+        if chosen is None:
+            return None
         messages, kept, replaced, length = chosen
         reason = f"compaction {len(self.records) + 1}: {self.cfg.policy}"
         conv.restart(messages, tools, reason=reason)
