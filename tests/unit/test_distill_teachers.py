@@ -72,7 +72,9 @@ def test_a_lora_run_loads_its_adapters_on_the_base(tmp_path):
 
 def test_a_reference_that_names_nothing_says_what_is_missing(tmp_path):
     with pytest.raises(ModelNotFoundError, match="no checkpoint under"):
-        parse_model_ref(f"run:{tmp_path}")
+        parse_model_ref(f"run:{tmp_path}")  # a folder, but no checkpoint in it
+    with pytest.raises(ModelNotFoundError, match=r"there is no run at .* \(no such folder\)"):
+        parse_model_ref(f"run:{tmp_path / 'missing'}")
     run, _ = trained_run(tmp_path, steps=(4,))
     with pytest.raises(ModelNotFoundError, match="no checkpoint after step '9'"):
         parse_model_ref(f"run:{run}@9")
@@ -100,7 +102,9 @@ def test_a_teacher_of_another_tokenizer_is_refused_when_the_config_loads(tmp_pat
     # a run that does not exist yet loads (it may be trained first); tracerl train's
     # preflight says what is missing before anything loads
     later = load_config(None, [f"out_dir={tmp_path}", "trainer.distill.teacher=run:nowhere"])
-    with pytest.raises(ConfigError, match=r"trainer\.distill\.teacher: run:nowhere: no checkpoint"):
+    with pytest.raises(
+        ConfigError, match=r"trainer\.distill\.teacher: run:nowhere: there is no run"
+    ):
         check_teacher(later)
     # and a config built in code with another tokenizer's teacher is refused there too
     odd = same.model_copy(update={"model": same.model.model_copy(update={"spec": "tiny-random"})})
