@@ -6,7 +6,9 @@
     -> eligibility: environment-, evaluator- or unknown-attributed episodes, and rewards the
        evaluator could not decide, are left out
     -> advantages per group (a registered estimator; eligible members only)
-    -> one learner update on every sample of every eligible episode
+    -> one learner update on every sample of every eligible episode (with a distillation
+       teacher: an episode it could not grade is the evaluator's, left out and marked so on
+       disk, `tracerl.train.distill.attribution`)
     -> bump the sampler's policy version (the weights are shared in-process)
 
 What it leaves to others: checkpoints and held-out evaluation are `tracerl train`'s
@@ -29,6 +31,7 @@ from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, r
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.distill import Distiller
+from tracerl.train.distill.attribution import mark_unscored, rewrite_rewards
 from tracerl.train.dynamic_sampling import DynamicSampling, Refill, sample_with_signal
 from tracerl.train.interrupt import cancellable
 from tracerl.train.learner import Learner
@@ -117,9 +120,14 @@ def grpo_step(
             )
         )
     )
+    trained = [e for g in sampled.train for e in g]
+    before = [e.reward for e in trained]
     metrics = update_on_groups(
         sampled.train, learner, cfg, sampled=sampled.drawn, signal=sampled.signal
     )
+    if writer is not None:  # the teacher's verdicts, into the records already on disk
+        marked = [e for e, r in zip(trained, before, strict=True) if e.reward is not r]
+        rewrite_rewards(writer.path, marked)
     metrics.update(sampled.metrics(cfg.dynamic_sampling is not None))
     policy.sampler.policy_version += 1
     drawn = [e for g in sampled.drawn for e in g]
@@ -215,13 +223,14 @@ def update_on_groups(
     reward metrics describe them all, so filtering cannot flatter the training curve.
     `signal`: whether each of those groups has signal, when the caller knows already."""
     episodes = [e for g in groups for e in g]
-    rewards, eligible, advantages = episode_advantages(groups, cfg)
+    _, eligible, advantages = episode_advantages(groups, cfg)
     own = child_advantages(groups, eligible, cfg.advantage)  # graded sub-agents
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
     outcome: list[Any] = []  # one advantage per sample, or per turn on that turn's tokens
     row_weights: list[float] = []
     shares: list[float] = []
+    row_episode: list[int] = []  # each row's episode (its index in `episodes`)
     for i, (e, a, w, ok) in enumerate(zip(episodes, advantages, weights, eligible, strict=True)):
         if not ok:
             continue
@@ -236,10 +245,17 @@ def update_on_groups(
             shares.append(share)
             outcome.append(x)
             row_weights.append(w)
+            row_episode.append(i)
     extra: dict[str, float] = {}
-    if cfg.distill is not None and rows:  # the teacher's term, per token; unscored rows out
+    if cfg.distill is not None and rows:  # the teacher's term, per token
         d = cfg.distill.apply(rows, outcome, row_weights)
-        rows, shares, advs = [rows[k] for k in d.keep], [shares[k] for k in d.keep], d.advantages
+        # an episode with a sample the teacher could not score is the evaluator's, whole
+        out = mark_unscored(episodes, row_episode, rows, d.unscored, cfg.distill.teacher.label)
+        keep = [
+            (k, a) for k, a in zip(d.keep, d.advantages, strict=True) if row_episode[k] not in out
+        ]
+        rows, shares = [rows[k] for k, _ in keep], [shares[k] for k, _ in keep]
+        advs = [a for _, a in keep]
         extra = d.metrics
     else:
         advs = [
@@ -255,9 +271,8 @@ def update_on_groups(
     seen = list(sampled) if sampled is not None else list(groups)
     observed = [e for g in seen for e in g]
     metrics.update(rollout_metrics(observed) | owner_metrics(observed))
-    totals, ok_seen = (
-        training_rewards(observed, cfg) if sampled is not None else (rewards, eligible)
-    )
+    # read again: the teacher may have made some episodes the evaluator's since
+    totals, ok_seen = training_rewards(observed, cfg)
     metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
     metrics.update(child_reward_metrics(seen))

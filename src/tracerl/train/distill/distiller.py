@@ -8,7 +8,9 @@ becomes, per token, ``outcome_weight * A_outcome + distill_weight * (teacher - s
 difference estimates the reverse KL without bias, stale samples included).
 
 A row the teacher could not score (an error, a timeout, the step's `tokens_per_step` spent)
-is the evaluator's: it is left out of the update — never trained on a zero — and counted.
+is the evaluator's: it is left out of the update — never trained on a zero — counted, and
+said why (`Distilled.unscored`): the update makes its whole episode the evaluator's
+(`tracerl.train.distill.attribution`).
 Scores are cached on disk by (teacher identity, temperature, token ids, loss mask), so a
 resumed run, or a second epoch on the same rows, does not pay twice.
 """
@@ -29,11 +31,13 @@ from tracerl.types import Trajectory
 @dataclass
 class Distilled:
     """What a step's rows train with: the rows kept (indices into the rows given), their
-    advantages (one per token), and the step's distillation metrics."""
+    advantages (one per token), and the step's distillation metrics; `unscored`: each row
+    left out, and why (the teacher's error, or its budget), for the episode's record."""
 
     keep: list[int]
     advantages: list[list[float]]
     metrics: dict[str, float] = field(default_factory=dict)
+    unscored: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,12 +115,18 @@ class Distiller:
         keep: list[int] = []
         advantages: list[list[float]] = []
         kl_sum, kl_tokens, turn_kls, failures = 0.0, 0, [], 0
+        unscored: dict[int, str] = {}
         offered = sum(sum(t.loss_mask) for t in rows)
         for i, (t, s, x, w) in enumerate(zip(rows, scored, outcome, weights, strict=True)):
             if s is None:  # refused: counted in the cost
+                unscored[i] = (
+                    f"the step's teacher budget (trainer.distill.tokens_per_step: "
+                    f"{self.tokens_per_step}) was spent before it"
+                )
                 continue
             if isinstance(s, str):
                 failures += 1
+                unscored[i] = s
                 continue
             a = teacher_advantages(t.logprobs, s, t.loss_mask)
             mixed = mix(x, a, t.loss_mask, self.outcome_weight, self.distill_weight)
@@ -133,7 +143,7 @@ class Distiller:
                 "train/distill/teacher_failures": float(failures),
             }
         )
-        return Distilled(keep, advantages, metrics)
+        return Distilled(keep, advantages, metrics, unscored)
 
 
 def _gather(values: Sequence[float], mask: Sequence[int]) -> list[float]:
