@@ -1,11 +1,13 @@
 """A tool environment with no tools of its own, for MCP tests: its tools come from the
-servers a config attaches (``env.mcp``). Its one task reads and writes a key-value store."""
+servers a config attaches (``env.mcp``). Its one task reads and writes a key-value store;
+`NotesTasks` and `OrdersTasks` are tasks for tests/notes_server.py and tests/orders_server.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tracerl.envs import Env, StepResult, ToolEnv
+from tracerl.envs import Action, Env, StepResult, ToolEnv
+from tracerl.types import ToolCall
 
 
 class KvTasks(ToolEnv):
@@ -72,3 +74,39 @@ class NotesTasks(ToolEnv):
 
         state = json.loads(ctx.final_state["notes"]["dump"])
         return 1.0 if ctx.task["code"] in state["notes"] else 0.0
+
+
+ORDERS = [{"id": "A1", "status": "pending"}, {"id": "A2", "status": "shipped"}]
+
+
+class OrdersTasks(ToolEnv):
+    """tau2-bench-style tasks for the orders server (tests/orders_server.py, shared by the
+    episodes and keyed by an injected ``state_key``): at reset the environment loads the
+    episode's world into the server (tau2's initialization actions), and the task asks for an
+    order's status, which the model reads with ``list_orders`` or ``get_order``."""
+
+    name = "orders_tasks"
+    version = "1"
+    splits = ("train",)
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        (box,) = self.toolboxes  # the orders server: this episode's world, under its key
+        loaded = await box.call(
+            "load_orders", {"orders": ORDERS, **box.injected("load_orders")}, 30
+        )
+        if loaded.is_error:
+            raise RuntimeError(f"the orders server did not load the world: {loaded.content}")
+        return [{"role": "user", "content": f"What is the status of order {task['order_id']}?"}]
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [
+            {"id": f"order-{o['id']}", "order_id": o["id"], "status": o["status"]}
+            for o in (ORDERS[i % len(ORDERS)] for i in range(seed, seed + n))
+        ]
+
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        look = ToolCall("call_0_0", "list_orders", {})
+        return [Action(text="", tool_calls=(look,)), Action(text="", answer=task["status"])]
+
+    def reward(self, ctx: Any) -> float:
+        return 1.0 if ctx.answer_text.strip() == ctx.task["status"] else 0.0

@@ -10,7 +10,8 @@ Like Gymnasium's env checker, but for the agent contract:
 * schemas — every tool schema is a valid JSON-schema object the templates can render;
 * reset determinism — the same task and seed give the same observation (messages, and the
   same tokens when a renderer is given), three times over, on fresh instances;
-* step determinism — the env's scripted action sequence gives the same results twice;
+* step determinism — the env's scripted action sequence gives the same results twice (each
+  episode a check plays has an id of its own: a server keyed by it gives each a fresh world);
 * dry runs — every write tool has a dry-run path, the script exercises it, and under the
   side-effect guard the env's real state is unchanged afterwards;
 * splits — every declared split samples tasks (JSON, with ids), the same ones for the same
@@ -29,6 +30,7 @@ import asyncio
 import inspect
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,15 +168,30 @@ async def _schemas(factory: Callable[[], Env], renderer: Any, seed: int) -> str 
     return None
 
 
+def _own_episode(env: Env, check: str) -> Env:
+    """`env` with an episode id of its own, for every episode a check plays: a server shared
+    by episodes and keyed by ``${episode_id}`` (``inject``) gives each a world of its own,
+    as training does (under one id, a run would see what the one before it left there)."""
+    env.episode_id = f"check-env:{check}:{uuid.uuid4().hex[:12]}"
+    return env
+
+
+def _as_any_episode(text: str, env: Env) -> str:
+    """`text` (JSON) with the episode's id as ``${episode_id}``: runs that differ only in the
+    id they were given (a server that echoes its key) are the same run."""
+    return text.replace(str(env.episode_id), "${episode_id}")
+
+
 async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
     task = factory().sample_tasks(1, seed=seed)[0]
     seen = []
     for _ in range(3):
-        env = factory()
+        env = _own_episode(factory(), "reset")
         try:
             messages = await env.reset(task, seed)
         finally:
             await env.close()
+        messages = json.loads(_as_any_episode(json.dumps(messages), env))
         tokens = renderer.start(messages, env.tool_schemas()).token_ids if renderer else None
         seen.append((json.dumps(messages, sort_keys=True), tokens))
     if any(s != seen[0] for s in seen[1:]):
@@ -183,7 +200,7 @@ async def _reset_determinism(factory: Callable[[], Env], renderer: Any, seed: in
 
 
 async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: int) -> str:
-    env = factory()
+    env = _own_episode(factory(), "step")
     out = []
     try:
         await env.reset(task, seed)
@@ -199,7 +216,8 @@ async def _run_script(factory: Callable[[], Env], task: dict[str, Any], seed: in
                 break
     finally:
         await env.close()
-    return json.dumps(out, sort_keys=True)  # strict: episodes must be JSON to be written
+    # strict: episodes must be JSON to be written
+    return _as_any_episode(json.dumps(out, sort_keys=True), env)
 
 
 async def _step_determinism(factory: Callable[[], Env], renderer: Any, seed: int) -> str | None:
@@ -223,7 +241,7 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
         return "check_env runs envs with side_effect_guard='dry_run' (the default)"
     exercised: set[str] = set()
     for task in env.sample_tasks(8, seed=seed):
-        probe = factory()
+        probe = _own_episode(factory(), "dry-run")
         try:
             problem = await _dry_run_script(probe, task, seed, exercised)
         finally:
@@ -234,7 +252,7 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
     if missing and getattr(env, "toolboxes", None):  # MCP tools: probe their dry-run paths
         from tracerl.envs.mcp.check import probe_dry_runs
 
-        probe = factory()
+        probe = _own_episode(factory(), "dry-run")
         try:
             await probe.reset(env.sample_tasks(1, seed=seed)[0], seed)
             ran, problem = await probe_dry_runs(probe, missing)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,13 @@ def mcp_tools(env: Any) -> list[McpTool]:
 
 async def check_servers(factory: Callable[[], Any], seed: int) -> str:
     """A problem, or ``"note: "`` and what the servers are. Each server is started (or
-    connected to) twice afresh, whatever its scope: the two listings must agree."""
+    connected to) twice afresh, whatever its scope, as an episode of a task of the env's
+    would start it (its fields fill ``${task.<field>}``), each start an episode id of its
+    own: the two listings must agree."""
+    from tracerl.envs.base import EpisodeContext
+
     env = factory()
+    task = env.sample_tasks(1, seed=seed)[0]
     parts, warnings = [], []
     for box in env.toolboxes:
         server = box.server
@@ -36,11 +42,13 @@ async def check_servers(factory: Callable[[], Any], seed: int) -> str:
         listings = []
         try:
             for _ in range(2):
-                conn = await mc.on_hub(pool.fresh(box.episode_server()))
+                episode = EpisodeContext(f"check-env:servers:{uuid.uuid4().hex[:12]}", seed, task)
+                conn = await mc.on_hub(pool.fresh(box.episode_server(episode)))
                 await mc.on_hub(conn.close())
                 listings.append(conn.listing)
+                await box.stop()  # its ${episode_dir}, if it has one
         finally:
-            await box.stop()  # its ${episode_dir}, if it has one
+            await box.stop()
         first, second = ({t.name: _tool_key(t) for t in li.tools} for li in listings)
         if first != second or listings[0].identity != listings[1].identity:
             changed = sorted(k for k in {*first, *second} if first.get(k) != second.get(k))

@@ -18,11 +18,13 @@ What each tool is, from the server's annotations (or the config's, which win):
   argument. Nothing is ever executed for real under the guard.
 
 A call's arguments are checked against the tool's JSON schema before anything is sent (a
-call the schema refuses is the policy's ``invalid_arguments``). A result with ``isError``
-is an ordinary observation. A server that will not start, dies, times out or answers with a
-protocol error is the environment's fault, retried when a retry is safe (reads, and writes
-the server marks idempotent). A tool's version is ``<server>@<server version>#<schema
-hash>``: a server upgrade or a changed schema shows in receipts and live replays.
+call the schema refuses is the policy's ``invalid_arguments``); the arguments tracerl sets
+(``inject``, a dry-run flag) are not in the schema the model sees, and a value it sends for
+one is dropped first. A result with ``isError`` is an ordinary observation. A server that
+will not start, dies, times out or answers with a protocol error is the environment's
+fault, retried when a retry is safe (reads, and writes the server marks idempotent). A
+tool's version is ``<server>@<server version>#<schema hash>``: a server upgrade or a
+changed schema shows in receipts and live replays.
 """
 
 from __future__ import annotations
@@ -91,9 +93,23 @@ class McpTool(Tool):
             },
         }
 
+    def hidden(self) -> set[str]:
+        """The arguments tracerl sets on every call, not the model: those `inject` sets, and
+        a write's dry-run flag (``dry_run: argument:NAME``). They are not in `parameters`."""
+        out = set(matching(self.remote, self.box.server.inject) or ())
+        mode, arg = dry_run_mode(self.dry_run_how)
+        if self.effect == "write" and mode == "argument":
+            out.add(str(arg))
+        return out
+
     def validate(self, arguments: Any) -> dict[str, Any] | Fault:
+        """The model's arguments checked against the schema it was shown. A value it sends
+        for a hidden argument is dropped first, not refused (a server whose schema forbids
+        other properties would refuse it): tracerl sets that argument itself."""
         if not isinstance(arguments, dict):
             return Fault(FaultKind.INVALID_ARGUMENTS, f"{self.name}: arguments must be an object")
+        hidden = self.hidden()
+        arguments = {k: v for k, v in arguments.items() if k not in hidden}
         try:
             problems = schema_problems(self.parameters, arguments)
         except Exception as e:  # a schema the validator cannot apply: the server's problem
@@ -251,10 +267,12 @@ class McpTools:
         return self.server.for_episode(values)
 
     def _for_listing(self, folder: str) -> McpServer:
-        """The server the tools are listed from, before any episode (in `folder`)."""
-        used = self.server.started_with_placeholders()
-        if not used:
+        """The server the tools are listed from, before any episode (in `folder`), every
+        task field its settings name empty (`final_state` and `inject` may name fields its
+        start does not)."""
+        if not self.server.started_with_placeholders():
             return self.server
+        used = self._placeholders
         task = {p[len("${task.") : -1]: "" for p in used if p.startswith("${task.")}
         return self.server.for_episode(episode_values(LISTING_EPISODE, 0, task, folder))
 
@@ -283,9 +301,10 @@ class McpTools:
         """The server as this episode has it (placeholders filled), else as configured."""
         return self.episode or self.server
 
-    def episode_server(self) -> McpServer:
-        """The server as one episode starts it (a check's fresh start)."""
-        return self.episode or self._for(None)
+    def episode_server(self, episode: Any = None) -> McpServer:
+        """The server as one episode starts it (a check's fresh start): this episode's, else
+        `episode`'s (an `EpisodeContext`: a real task fills ``${task.<field>}``)."""
+        return self.episode or self._for(episode)
 
     def injected(self, remote: str) -> dict[str, Any]:
         """The arguments tracerl sets on every call of tool `remote` this episode."""
