@@ -110,3 +110,41 @@ class OrdersTasks(ToolEnv):
 
     def reward(self, ctx: Any) -> float:
         return 1.0 if ctx.answer_text.strip() == ctx.task["status"] else 0.0
+
+
+class VisitsTasks(ToolEnv):
+    """Isolation, checked at every reset: each episode's world (the notes server's database
+    under the key the run injects, shared by every episode: tests/notes_server.py) must be
+    empty when it starts; the episode then notes its visit there. A reset that finds a note
+    is in another episode's world: it fails, naming what it found. The same few tasks in
+    every split and phase, first to last, so the phases of a run draw them at the same
+    positions with the same seeds (where episode ids used to repeat)."""
+
+    name = "visits"
+    version = "1"
+    splits = ("train", "heldout")
+    WORDS = ("amber", "birch", "cedar")
+
+    async def setup(self, task: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+        (box,) = self.toolboxes
+        from tracerl.envs.mcp.schema import result_text
+
+        seen = await box.call("read_notes", box.injected("read_notes"), 30)
+        text, _ = result_text(seen, 10_000)
+        if seen.is_error or text.strip() != "(no notes)":
+            raise RuntimeError(f"this episode's world is another's: it holds {text!r}")
+        wrote = await box.call("write_note", {"text": "visited", **box.injected("write_note")}, 30)
+        if wrote.is_error:
+            raise RuntimeError(f"the notes server did not note the visit: {wrote.content}")
+        return [{"role": "user", "content": f"Answer with the word {task['word']}."}]
+
+    def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict]:
+        return [
+            {"id": f"{split}-{w}", "word": w} for w in (self.WORDS * n)[: min(n, len(self.WORDS))]
+        ]
+
+    def check_script(self, task: dict[str, Any]) -> list[Action]:
+        return [Action(text=task["word"], answer=task["word"])]
+
+    def reward(self, ctx: Any) -> float:
+        return 1.0 if ctx.answer_text.strip() == ctx.task["word"] else 0.0
