@@ -230,3 +230,25 @@ def test_the_rewrite_changes_only_the_marked_episodes_records(episode, tmp_path)
     ]
     EpisodeWriter(tmp_path, 4).append(episode("e3").trajectories)  # appends go on as before
     assert set(done_episodes(tmp_path, 4)) == {"e0", "e1", "e2", "e3"}
+
+
+def test_async_training_marks_the_teachers_failures_in_each_batchs_step_file(episode, tmp_path):
+    """Asynchronous training trains on groups of several batches at once: each episode the
+    teacher failed is marked in its own batch's file (its id's seed is its batch)."""
+    from tracerl.rollout.persist import EpisodeWriter, done_episodes
+    from tracerl.train.async_loop import _rewrite_marked
+    from tracerl.train.distill.attribution import mark_teacher_failure
+
+    batches = {b: [episode(f"t:s{b}:t0:g{g}") for g in range(2)] for b in (3, 4)}
+    for b, group in batches.items():
+        writer = EpisodeWriter(tmp_path, b)
+        for e in group:
+            writer.append(e.trajectories)
+    failed = [batches[3][1], batches[4][0]]
+    for e in failed:
+        mark_teacher_failure(e, "distillation teacher x: sample 0 not scored: boom")
+    _rewrite_marked(failed, lambda b: EpisodeWriter(tmp_path, b))
+    for b, group in batches.items():
+        back = done_episodes(tmp_path, b)
+        for e in group:
+            assert back[e.episode_id].reward.eligible is (e not in failed), (b, e.episode_id)

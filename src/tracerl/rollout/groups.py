@@ -201,6 +201,11 @@ def episode_task_id(episode_id: str) -> str:
     return episode_id.rsplit(":s", 1)[0]
 
 
+def episode_seed_of(episode_id: str) -> int:
+    """The seed inside a `group_episode_id` (a training step's episodes: the step)."""
+    return int(episode_id.rsplit(":s", 1)[1].split(":", 1)[0])
+
+
 def episode_member(episode_id: str) -> int:
     """The member index inside a `group_episode_id`."""
     return int(episode_id.rsplit(":g", 1)[1])

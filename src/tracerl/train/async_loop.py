@@ -44,9 +44,16 @@ from typing import Any
 
 from tracerl.algos.staleness import staleness_scales
 from tracerl.report.run import LEDGER_FILE, read_ledger
-from tracerl.rollout.groups import RolloutBackend, group_episode_id, in_flight_limit, run_group
+from tracerl.rollout.groups import (
+    RolloutBackend,
+    episode_seed_of,
+    group_episode_id,
+    in_flight_limit,
+    run_group,
+)
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.distill.attribution import rewrite_rewards
 from tracerl.train.grpo import GRPOConfig, RewardFn, has_signal, update_on_groups
 from tracerl.train.learner import Learner
 
@@ -198,7 +205,7 @@ async def train_async(
     try:
         for step in range(settings.start, settings.steps):
             m, episodes, dropped, filtered = await _consume_step(
-                learner, grpo, settings, state, groups_per_step, sampler
+                learner, grpo, settings, state, groups_per_step, sampler, writer
             )
             if ledger is not None:
                 ledger(step, episodes, dropped, filtered)
@@ -291,10 +298,13 @@ async def _consume_step(
     state: _State,
     groups_per_step: int,
     sampler: Any,
+    writer: Callable[[int], EpisodeWriter | None] | None = None,
 ) -> tuple[dict[str, float], list[Episode], list[Episode], list[Episode]]:
     """Fill one step with fresh-enough groups (with signal, under dynamic sampling), then
     update in a worker thread. Returns the metrics, the episodes trained on, those dropped
-    as too stale and those set aside for lack of signal."""
+    as too stale and those set aside for lack of signal. Episodes the update made the
+    evaluator's (a distillation teacher that could not grade them) are marked so in their
+    batches' step files (`writer(b)`), here on the event loop, where the producer appends."""
     t0 = time.perf_counter()
     taken: list[list[Episode]] = []
     staleness: list[int] = []
@@ -338,6 +348,7 @@ async def _consume_step(
     )
     version_before = sampler.policy_version
     t1 = time.perf_counter()
+    before = {id(e): e.reward for g in taken for e in g}
     m = await asyncio.to_thread(
         update_on_groups,
         taken,
@@ -351,6 +362,8 @@ async def _consume_step(
     )
     if sampler.policy_version == version_before:  # no optimizer step ran (no eligible rows)
         sampler.policy_version += 1
+    marked = [e for g in taken for e in g if e.reward is not before[id(e)]]
+    _rewrite_marked(marked, writer)
     async with state.changed:
         # the trained groups' places are freed only now, so the groups that take them sample
         # on the new weights (freed before the update, they would sample on the old ones and
@@ -375,3 +388,18 @@ async def _consume_step(
     if ds is not None:
         m["train/filtered_groups"] = float(len(aside))
     return m, [e for g in taken for e in g], dropped, [e for g in aside for e in g]
+
+
+def _rewrite_marked(marked: list[Episode], writer: Any) -> None:
+    """The new reward records of `marked` into their batches' step files (each batch b's
+    episodes carry seed b in their ids); synchronous, so no append of the producer's (on
+    the same event loop) interleaves with a rewrite."""
+    if not marked or writer is None:
+        return
+    by_batch: dict[int, list[Episode]] = {}
+    for e in marked:
+        by_batch.setdefault(episode_seed_of(e.episode_id), []).append(e)
+    for b, episodes in by_batch.items():
+        w = writer(b)
+        if w is not None:
+            rewrite_rewards(w.path, episodes)

@@ -33,8 +33,7 @@ _WHAT_TO_DO = {
     ),
     Attribution.EVALUATOR: (
         "the reward or the teacher decided nothing: fix it (`tracerl triage {run}` shows "
-        "why a reward failed; a teacher's errors are in the run's log), then continue with "
-        "--resume"
+        "why, for a reward and for a distillation teacher), then continue with --resume"
     ),
 }
 
