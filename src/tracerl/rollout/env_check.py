@@ -9,6 +9,7 @@ model's episodes.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -64,9 +65,17 @@ async def scripted_episodes(
     d = Budgets()
     budgets = Budgets(steps=max(d.steps, turns + 1), tool_calls=max(d.tool_calls or 0, calls + 1))
     config = RolloutConfig(max_turn_tokens=4096, budgets=budgets)
+    # ids of their own (the position; a tag new at every check): a server keyed by the
+    # episode id gives each scripted episode an empty world, however often check-env runs
+    stage = f"check-{uuid.uuid4().hex[:12]}"
     return [
         await run_episode(
-            factory(), t, policy, config, seed=seed, episode_id=group_episode_id(t, seed, 0)
+            factory(),
+            t,
+            policy,
+            config,
+            seed=seed,
+            episode_id=group_episode_id(t, seed, 0, i, stage),
         )
-        for t in tasks
+        for i, t in enumerate(tasks)
     ]
