@@ -165,12 +165,7 @@ def test_ctrl_c_while_starting_stops_at_once_and_says_what_was_kept(tmp_path):
     # the rehearsal's reset, before anything is written
     ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
     proc = _gated_command(tmp_path, 1, stderr=subprocess.STDOUT, preexec_fn=ignored)
-    try:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _ctrl_c(proc)
     assert proc.returncode == 130, out
     assert "Ctrl-C while starting" in out and "Nothing was written." in out, out
     assert "Traceback" not in out, out
@@ -184,15 +179,21 @@ def test_ctrl_c_in_the_baseline_evaluation_ends_the_command_as_a_stop_not_an_err
     nothing in it."""
     # every baseline episode blocks (reset 2 on): the stop comes before any is recorded
     proc = _gated_command(tmp_path, 2, stderr=subprocess.STDOUT, env={"COLUMNS": "200"})
-    try:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _ctrl_c(proc)
     run = tmp_path / "learn-arithmetic"
     said = " ".join(out.split())  # the terminal wraps long paths
     assert proc.returncode == 0, out
     assert f"tracerl train {run / 'config.yaml'} --resume" in said, out
     assert f"no report: {run} has no metrics or episodes yet" in said, out
     assert "error" not in out.lower() and "Traceback" not in out, out
+
+
+def _ctrl_c(proc: subprocess.Popen) -> str:
+    """One Ctrl-C to the gated command; all it printed once it has ended."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out

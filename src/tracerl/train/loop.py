@@ -171,16 +171,7 @@ def _train(
         if cfg.warm_start is not None:
             set_phase("the warm start")
             warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish)
-            save_checkpoint(
-                run_dir,
-                -1,
-                bundle.model,
-                None,
-                sampler,
-                {"seed": t.seed},
-                keep=t.keep_last,
-                log=log,
-            )
+            _checkpoint(run, -1, None, sampler, log)  # no RL step yet: no optimizer state
             if stop.requested:  # during the fine-tuning, which finished: it is kept
                 log(stop.stopped("after the warm start (checkpoint written)"))
                 return final
@@ -213,16 +204,7 @@ def _train(
     saved = dict(updated)
 
     def checkpoint(step: int) -> None:
-        save_checkpoint(
-            run_dir,
-            step,
-            bundle.model,
-            learner,
-            sampler,
-            {"seed": t.seed},
-            keep=t.keep_last,
-            log=log,
-        )
+        _checkpoint(run, step, learner, sampler, log)
         saved["step"] = step
 
     def record(step: int, m: dict[str, float], episodes: list[Episode], t0: float) -> bool:
@@ -366,3 +348,18 @@ async def _train_async(
         backend=backend,
     )
     return final
+
+
+def _checkpoint(run: Run, step: int, learner: Learner | None, sampler: Any, log: Any) -> None:
+    """Write the checkpoint after `step` (-1: the warm start's), saying so as it goes."""
+    t = run.cfg.trainer
+    save_checkpoint(
+        run.cfg.run_dir,
+        step,
+        run.bundle.model,
+        learner,
+        sampler,
+        {"seed": t.seed},
+        keep=t.keep_last,
+        log=log,
+    )
