@@ -35,7 +35,7 @@ def finish_session(
         "ignored_params": sorted(session.ignored),
         "protocols": sorted(session.protocols),
     }
-    return gateway_episode(episode, session.first_tools, account)
+    return gateway_episode(episode, session.first_tools, account, own=session.agent)
 
 
 def session_summary(session: Any, *, tokens: bool = False) -> dict[str, Any]:
@@ -53,10 +53,17 @@ def session_summary(session: Any, *, tokens: bool = False) -> dict[str, Any]:
 
 
 def gateway_episode(
-    episode: Episode, first_tools: list[dict[str, Any]] | None, agent: dict[str, Any]
+    episode: Episode,
+    first_tools: list[dict[str, Any]] | None,
+    agent: dict[str, Any],
+    *,
+    own: str = "",
 ) -> Episode:
-    """`episode` (from `finish_episode`) with the gateway's receipt, on each of its own
-    samples (a child session's keep theirs: `tracerl.gateway.tree`)."""
+    """`episode` (from `finish_episode`) with the gateway's receipt, on each of the
+    session's own samples: those tagged `own` (``""`` for a root session, the child's name
+    for a child session's, `tracerl.gateway.tree`). A root's episode also holds its
+    children's samples, finished first: they keep the receipt their own session gave them
+    (their tools, their breaks, the same ``unmanaged`` guard)."""
     receipt = dataclasses.replace(
         episode.receipt,
         tool_versions={t["function"]["name"]: tool_version(t) for t in first_tools or ()},
@@ -68,7 +75,8 @@ def gateway_episode(
     receipt.ledger["side_effect_guard"] = "unmanaged"
     d = receipt.to_dict()
     episode.receipt = receipt
-    episode.trajectories = [  # a child session's samples keep the child's own receipt
-        t if t.agent else dataclasses.replace(t, receipt=d, _cache={}) for t in episode.trajectories
+    episode.trajectories = [
+        dataclasses.replace(t, receipt=d, _cache={}) if t.agent == own else t
+        for t in episode.trajectories
     ]
     return episode

@@ -113,7 +113,14 @@ async def _replay_session(
     requests = [steps[k]["request"] for k in sorted(steps) if "request" in steps[k]]
     if agent.get("unanswered"):
         requests.append(agent["unanswered"])
+    counted = 0  # what the rest of the tree had spent, counted into this session's ledger
     for k, request in enumerate(requests):
+        # the tokens the episode's other conversations had spent of ``budgets.sampled_tokens``
+        # when this request came (`tracerl.gateway.tree`): counted in, this conversation's
+        # budget checks and token limits are the recorded ones though it replays on its own
+        others = request.get("tree_sampled_tokens", 0)
+        session.ledger.used["sampled_tokens"] += others - counted
+        counted = others
         if "messages" in request:
             messages, tools = request["messages"], request.get("tools", tools)
         else:
@@ -192,7 +199,7 @@ async def replay_live_gateway(
                 Drift(where, "failed", f"the agent made no request {where} ({error})")
             )
             continue
-        want, got = recorded[key]["request"], again[key]["request"]
+        want, got = as_sent(recorded[key]["request"]), as_sent(again[key]["request"])
         if want == got:
             report.steps.append(Drift(where, "same"))
         else:
@@ -207,6 +214,12 @@ async def replay_live_gateway(
             )
         )
     return report
+
+
+def as_sent(request: dict[str, Any]) -> dict[str, Any]:
+    """A recorded request as the harness sent it: without what the gateway noted of the
+    tree's budget (parallel conversations spend in another order when run again)."""
+    return {k: v for k, v in request.items() if k != "tree_sampled_tokens"}
 
 
 def _request_difference(want: dict[str, Any], got: dict[str, Any]) -> str:

@@ -172,6 +172,10 @@ class GatewaySession:
         self.ignored |= ignored_fields(body)
         request = self._update(messages, tools)
         request.update(asked_fields(body))
+        if self.cfg.budgets.sampled_tokens is not None:  # the tree's tokens: what replay needs
+            others = self.delegation.others_spent(self)
+            if others:
+                request["tree_sampled_tokens"] = others
         self.unanswered = request  # until it is answered
         stop = self._stop_before_turn()
         if stop is not None:

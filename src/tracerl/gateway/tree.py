@@ -18,14 +18,17 @@ What a child session is:
   advantage, and the episode counts once in its group (as the runner's sub-agents,
   `tracerl.rollout.context.subagents`);
 * paid for by the episode: its sampled tokens and tool calls go into the root's ledger, so
-  ``budgets.sampled_tokens`` bounds the whole tree; ``budgets.steps`` bounds each
-  conversation's model turns; at most `MAX_CHILDREN` children per episode;
+  ``budgets.sampled_tokens`` bounds the whole tree (each request records what the other
+  conversations had spent, ``tree_sampled_tokens``, for replay); ``budgets.steps`` bounds
+  each conversation's model turns; at most `MAX_CHILDREN` children per episode;
 * failed with the episode: a child the sampler failed makes the episode the environment's
   (unknown, for a fault of the gateway itself), as the root's own would.
 
 The receipt's ``children`` lists each (name, the root's step when it opened, its
 requests, samples, sampled tokens, history breaks, stop); each child's samples carry the
-child's own receipt (exact replay replays each conversation: `tracerl.gateway.replay`).
+child's own receipt, a gateway receipt of that conversation (its own tools, account and
+breaks, the root's ``unmanaged`` guard: `tracerl.gateway.recording`), so exact replay
+replays each conversation (`tracerl.gateway.replay`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,16 @@ class SessionTree:
         budget = session.cfg.budgets.sampled_tokens
         root = session.root_session or session
         return None if budget is None else budget - root.ledger.used["sampled_tokens"]
+
+    def others_spent(self, session: Any) -> int:
+        """The sampled tokens the rest of the tree has spent (a root's children, or a
+        child's root and siblings): what `session`'s budget checks count beyond its own.
+        Each request records it (``tree_sampled_tokens``), so that exact replay of one
+        conversation on its own meets the same budget (`tracerl.gateway.replay`)."""
+        root = session.root_session or session
+        if session.root_session is not None:
+            return root.ledger.used["sampled_tokens"] - session.ledger.used["sampled_tokens"]
+        return sum(c.ledger.used["sampled_tokens"] for c in self.sessions.values())
 
     def paid(self, session: Any, sampled: int, calls: int) -> None:
         """A child's turn, paid for in the root's ledger."""
