@@ -6,6 +6,7 @@ exported folder: tests/integration/test_vllm_engine.py.)"""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from tracerl.cli import app
 from tracerl.config.loading import load_config
+from tracerl.envs.parsers import parser_for_model
 from tracerl.models import load
 from tracerl.rollout.persist import read_step_file
 from tracerl.train.logprobs import token_logprobs
@@ -70,6 +72,23 @@ def test_export_round_trips_the_final_policy_and_keeps_what_it_should(tmp_path, 
     receipt = json.loads((out / "tracerl_export.json").read_text())
     assert receipt["step"] == 2 and receipt["lora_merged"] is lora
     assert receipt["base_model"] == "tiny-chars"
+    assert receipt["parser"] == "json_list"  # the format the run trained it on
+    # named anything, the export is evaluated with that parser, never one guessed from a name
+    assert parser_for_model(f"hf:{out}").name == "json_list"
+    no_parser = ["eval", "configs/learn-arithmetic.yaml", "env.parser=null", "env.eval_tasks=2"]
+    evaluated = CliRunner().invoke(
+        app, [*no_parser, f"model.spec=hf:{out}", "--out", str(tmp_path / "eval-export")]
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    bare = tmp_path / "bare"  # the same weights without the export's metadata
+    shutil.copytree(out, bare)
+    (bare / "tracerl_export.json").unlink()
+    unknown = CliRunner().invoke(
+        app, [*no_parser, f"model.spec=hf:{bare}", "--out", str(tmp_path / "eval-bare")]
+    )
+    assert unknown.exit_code == 2, unknown.output
+    assert "no tool-call parser is known for model" in unknown.output
+    assert "set env.parser" in unknown.output and "Traceback" not in unknown.output
     assert not list(out.glob("adapter_*")), "LoRA adapters are merged, not shipped apart"
     assert (out / "chat_template.jinja").exists() or "chat_template" in (
         out / "tokenizer_config.json"

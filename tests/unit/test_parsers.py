@@ -33,8 +33,24 @@ def test_json_list_is_smollm2s_format():
     assert a.tool_calls[0].raw == text[len("<tool_call>") : -len("</tool_call>")]
     assert parser_for_model("smollm2-135m-instruct").name == "json_list"
     assert parser_for_model("Qwen2.5-7B-Instruct").name == "hermes"
-    with pytest.raises(KeyError, match="hermes"):
+    with pytest.raises(KeyError, match="no tool-call parser is known for model 'mystery-model'"):
         parser_for_model("mystery-model")
+
+
+def test_a_folders_parser_comes_from_its_export_never_from_its_name(tmp_path):
+    """`hf:` folders: the parser a tracerl export names; a name that looks like a family's
+    says nothing, and with no parser named the error says which key to set."""
+    from tracerl.envs.parsers import NoParserError
+
+    named = tmp_path / "policy-v3"
+    named.mkdir()
+    (named / "tracerl_export.json").write_text('{"parser": "hermes"}')
+    assert parser_for_model(f"hf:{named}").name == "hermes"
+    looks = tmp_path / "smollm2-finetune"  # no export metadata
+    looks.mkdir()
+    with pytest.raises(NoParserError) as e:
+        parser_for_model(f"hf:{looks}")
+    assert e.value.hint.startswith("set env.parser to the format it writes tool calls in:")
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,10 @@ class EnvConfig(_Config):
     """With ``side_effect_guard: off``: every task may write for real (an isolated tenant,
     a per-episode server), not only those that set ``allow_real_writes`` themselves."""
     parser: str | None = None
-    """The action parser; None picks the model family's default."""
+    """The action parser (the format the model writes tool calls in). None: the one a
+    tracerl export names (``tracerl_export.json``), else the default of a model tracerl
+    ships (smollm2, tiny-*); any other model needs it set (never guessed from a folder's
+    name)."""
     tasks_per_step: int = Field(4, ge=1)
     """Training tasks drawn per RL step; each is played `trainer.group_size` times, so a step
     trains on ``tasks_per_step x group_size`` episodes."""

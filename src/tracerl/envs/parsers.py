@@ -20,8 +20,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from tracerl.errors import UserError
 from tracerl.types import Fault, FaultKind, ToolCall
 
 
@@ -240,13 +242,38 @@ def get_parser(name: str) -> ActionParser:
     return PARSERS[name]()
 
 
+class NoParserError(UserError, KeyError):
+    """No tool-call parser is named for a model, and none is known for it."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
 def parser_for_model(model_id: str) -> ActionParser:
-    """The tool-call parser matching a model family's format."""
-    low = model_id.lower()
-    for family, parser in FAMILY_PARSERS.items():
-        if family in low:
-            return get_parser(parser)
-    raise KeyError(
-        f"no default action parser for model {model_id!r}; pass one of "
-        f"{', '.join(sorted(PARSERS))} explicitly"
+    """The tool-call parser for a model: the one a tracerl export names (``parser`` in its
+    ``tracerl_export.json``: the format its run trained it on), else its family's (matched
+    on the spec of a model tracerl ships), else `NoParserError` saying which key to set. A
+    folder's name says nothing: an export named anything finds its parser."""
+    if model_id.startswith("hf:"):
+        named = _exported_parser(Path(model_id[3:]).expanduser())
+        if named is not None:
+            return get_parser(named)
+    else:
+        low = model_id.lower()
+        for family, parser in FAMILY_PARSERS.items():
+            if family in low:
+                return get_parser(parser)
+    raise NoParserError(
+        f"no tool-call parser is known for model {model_id!r}",
+        f"set env.parser to the format it writes tool calls in: {', '.join(sorted(PARSERS))}",
     )
+
+
+def _exported_parser(folder: Path) -> str | None:
+    """The parser a tracerl export's metadata names (None: not an export, or none named)."""
+    meta = folder / "tracerl_export.json"
+    try:
+        named = json.loads(meta.read_text()).get("parser") if meta.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return named if named in PARSERS else None

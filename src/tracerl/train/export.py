@@ -93,6 +93,7 @@ def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
         "lora_merged": ref.lora is not None,
         "model_id": loaded.identity,
         "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
+        "parser": _run_parser(Path(run), ref.spec),
     }
 
     def write(folder: Path) -> None:
@@ -106,3 +107,23 @@ def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     save_folder_atomically(out, write)
     return receipt
+
+
+def _run_parser(run: Path, base_spec: str) -> str | None:
+    """The tool-call format the run trained its policy in: its config's ``env.parser``, else
+    its base model's default (None: neither names one). What evaluating or serving the
+    export parses with (`tracerl.envs.parsers.parser_for_model` reads it back)."""
+    import yaml
+
+    from tracerl.envs.parsers import NoParserError, parser_for_model
+
+    try:
+        env = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("env") or {}
+    except (OSError, yaml.YAMLError):
+        env = {}
+    if env.get("parser"):
+        return str(env["parser"])
+    try:
+        return parser_for_model(base_spec).name
+    except NoParserError:
+        return None
