@@ -60,13 +60,30 @@ def save_folder_atomically(target: Path, save: Callable[[Path], Any]) -> None:
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Write a file under a temporary name of this call's own, then rename it into place."""
+    write_bytes_atomically(path, text.encode())
+
+
+def write_bytes_atomically(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """`write_text_atomically` for bytes. `durable`: the data and the rename are on disk
+    when this returns (fsync of the file, then of its folder): a power cut leaves the old
+    file or the new one, never a loss of both."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_name(path)
     try:
-        tmp.write_text(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if durable:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager

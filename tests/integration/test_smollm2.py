@@ -28,7 +28,7 @@ def test_cold_conversion_and_cached_load_give_the_same_model(tmp_path, monkeypat
         assert torch.equal(cold.model(x).logits, cached.model(x).logits)
     assert cold.renderer.template_hash == cached.renderer.template_hash
     # what a replay reads instead of the whole model: the same tokenizer and template
-    from tracerl.models.loading import load_renderer
+    from tracerl.models.refs import load_renderer
 
     alone = load_renderer("smollm2-135m-instruct")
     assert alone.template_hash == cached.renderer.template_hash

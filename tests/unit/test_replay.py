@@ -179,9 +179,9 @@ def test_a_replay_reads_the_models_tokenizer_without_loading_its_weights(
 
 def test_a_specs_renderer_alone_is_the_one_its_model_loads_with():
     from tracerl.models import load
-    from tracerl.models.loading import TOKENIZERS, load_renderer
+    from tracerl.models.refs import SPEC_TOKENIZERS, load_renderer
 
-    for spec in TOKENIZERS:
+    for spec in SPEC_TOKENIZERS:
         if spec == "smollm2-135m-instruct":
             continue  # its weights take seconds to load: tests/integration/test_smollm2.py
         bundle = load(spec)

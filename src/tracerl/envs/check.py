@@ -112,8 +112,9 @@ def run_env_checks(
         except Exception as e:  # a crashing env fails the check, with its error
             problem = f"raised {type(e).__name__}: {e}"
         lines = _record(report, label, problem)
-        for line in lines if on_result is not None else ():
-            on_result(line)
+        if on_result is not None:
+            for line in lines:
+                on_result(line)
     if raise_on_failure and not report.ok:
         raise EnvCheckError(str(report))
     return report

@@ -271,7 +271,9 @@ def parser_for_model(model_id: str) -> ActionParser:
 
 def _exported_parser(folder: Path) -> str | None:
     """The parser a tracerl export's metadata names (None: not an export, or none named)."""
-    meta = folder / "tracerl_export.json"
+    from tracerl.models.refs import EXPORT_FILE
+
+    meta = folder / EXPORT_FILE
     try:
         named = json.loads(meta.read_text()).get("parser") if meta.is_file() else None
     except (OSError, ValueError):

@@ -173,7 +173,7 @@ async def replay_live_gateway(
     receipt = Receipt.from_dict(trajectories[0].receipt)
     agent = receipt.agent or {}
     if renderer is None:
-        from tracerl.models.loading import load_renderer
+        from tracerl.models.refs import load_renderer
 
         renderer = load_renderer(receipt.model_id)  # the tokenizer alone: no weights
     # a turn the recording lacks is a harness that asked for more: none answers it

@@ -394,30 +394,6 @@ def check_spec(spec: str) -> None:
         )
 
 
-# each spec's tokenizer alone (`load_renderer`): what reading or replaying its episodes needs
-TOKENIZERS: dict[str, Callable[[], Any]] = {
-    "smollm2-135m-instruct": smollm2_tokenizer,
-    "tiny-random": smollm2_tokenizer,
-    "tiny-chars": char_tokenizer,
-    "tiny-random-hd64": smollm2_tokenizer,
-    "tiny-chars-hd64": char_tokenizer,
-}
-
-
-def load_renderer(spec: str) -> ChatRenderer:
-    """`spec`'s chat renderer without its weights (a replay re-renders, it samples nothing):
-    seconds less than `load(spec).renderer` for a real model. The same tokenizer and
-    template as `load` gives (a replay checks the template's hash against the receipt)."""
-    check_spec(spec)
-    if spec.startswith("hf:"):
-        _import_libraries()
-        from transformers import AutoTokenizer
-
-        folder = _check_folder(spec[3:])
-        return ChatRenderer(AutoTokenizer.from_pretrained(folder, local_files_only=True))
-    return ChatRenderer(TOKENIZERS[spec]())
-
-
 def load(spec: str) -> PolicyBundle:
     """Load a policy by spec: 'smollm2-135m-instruct', 'tiny-random' or 'hf:<folder>'."""
     check_spec(spec)

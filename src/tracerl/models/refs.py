@@ -30,6 +30,9 @@ from tracerl.models.loading import (
     smollm2_tokenizer,
 )
 
+EXPORT_FILE = "tracerl_export.json"
+"""What `tracerl export` writes beside the weights: the run, step, base model and parser."""
+
 SPEC_TOKENIZERS: dict[str, Callable[[], Any]] = {
     "smollm2-135m-instruct": smollm2_tokenizer,
     "tiny-random": smollm2_tokenizer,
@@ -49,6 +52,15 @@ def tokenizer_of(spec: str) -> Any:
 
         return AutoTokenizer.from_pretrained(_check_folder(spec[3:]), local_files_only=True)
     return SPEC_TOKENIZERS[spec]()
+
+
+def load_renderer(spec: str) -> Any:
+    """`spec`'s chat renderer without its weights (a replay re-renders, it samples nothing):
+    seconds less than `load(spec).renderer` for a real model, with the same tokenizer and
+    template (a replay checks the template's hash against the receipt)."""
+    from tracerl.models.render import ChatRenderer
+
+    return ChatRenderer(tokenizer_of(spec))
 
 
 def vocabulary_difference(a: Any, b: Any) -> str | None:

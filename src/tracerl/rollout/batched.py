@@ -227,6 +227,7 @@ class BatchedHFSampler:
 
         from tracerl.models.placement import device_of
 
+        dev = device_of(self.model)  # where every step's inputs go (sampling stays on the CPU)
         gens = [
             self.generator if r.seed is None else torch.Generator().manual_seed(r.seed)
             for r in requests
@@ -248,10 +249,10 @@ class BatchedHFSampler:
             which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
             ids_U_T, mask_U_T = self._left_pad(list(slot))
             pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
-            logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None)
+            logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
             which_B = torch.tensor(which)
             if len(slot) < n_B:
-                cache.batch_select_indices(which_B.to(device_of(self.model)))
+                cache.batch_select_indices(which_B.to(dev))
                 self.stats.shared_prefills += n_B - len(slot)
             logits_B_V, mask_B_T = logits_U_V[which_B], mask_U_T[which_B]
             len_B = mask_B_T.sum(-1)
@@ -274,12 +275,12 @@ class BatchedHFSampler:
                 keep = [i for i, b in enumerate(rows) if not done[b]]
                 if len(keep) < len(rows):  # finished rows leave the batch (and the KV cache)
                     index = torch.tensor(keep)
-                    cache.batch_select_indices(index.to(device_of(self.model)))
+                    cache.batch_select_indices(index.to(dev))
                     rows = [rows[i] for i in keep]
                     next_B, mask_B_T, len_B = next_B[index], mask_B_T[index], len_B[index]
                 mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
                 pos_B_1 = (len_B + step)[:, None]
-                logits_B_V, cache = self._forward(next_B[:, None], mask_B_T, pos_B_1, cache)
+                logits_B_V, cache = self._forward(next_B[:, None], mask_B_T, pos_B_1, cache, dev)
         return [
             SampleResult(t, lp, f, version)
             for t, lp, f in zip(tokens, logprobs, finish, strict=True)
@@ -296,12 +297,14 @@ class BatchedHFSampler:
             mask_B_T[b, width - len(p) :] = 1
         return ids_B_T, mask_B_T
 
-    def _forward(self, ids_B_T: Any, mask_B_T: Any, pos_B_T: Any, cache: Any) -> tuple[Any, Any]:
-        """One forward pass: the last position's logits per row, and the grown KV cache."""
-        from tracerl.models.placement import computing, device_of
+    def _forward(
+        self, ids_B_T: Any, mask_B_T: Any, pos_B_T: Any, cache: Any, dev: Any
+    ) -> tuple[Any, Any]:
+        """One forward pass on the model's device `dev`: the last position's logits per row
+        (on the CPU), and the grown KV cache."""
+        from tracerl.models.placement import computing
 
         self.stats.forward_calls += 1
-        dev = device_of(self.model)  # inputs go to the model; sampling stays on the CPU
         with computing(self.model):  # its precision (bf16 autocast under bf16-mixed)
             res = self.model(
                 input_ids=ids_B_T.to(dev),

@@ -30,6 +30,12 @@ def step_file(run_dir: str | os.PathLike[str], step: int) -> Path:
     return episodes_dir(run_dir) / f"step_{step}.jsonl.gz"
 
 
+def episode_member(lines: str) -> bytes:
+    """One episode's lines (its trajectories, JSON, newline-ended) as the gzip member a step
+    file holds per episode."""
+    return gzip.compress(lines.encode("utf-8"), mtime=0)
+
+
 class EpisodeWriter:
     """Appends finished episodes' trajectories to one step file, durably."""
 
@@ -56,9 +62,8 @@ class EpisodeWriter:
         lines = "".join(dumps(t) + "\n" for t in trajectories)
         if not lines:
             return
-        member = gzip.compress(lines.encode("utf-8"), mtime=0)
         with open(self.path, "ab") as f:
-            f.write(member)
+            f.write(episode_member(lines))
             f.flush()
             os.fsync(f.fileno())
         self.episodes += 1

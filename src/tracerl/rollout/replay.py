@@ -200,7 +200,7 @@ async def replay_exact(
     receipt = _receipt(trajectories)
     steps = _steps(trajectories)
     if renderer is None:
-        from tracerl.models.loading import load_renderer
+        from tracerl.models.refs import load_renderer
 
         renderer = load_renderer(receipt.model_id)  # the tokenizer alone: no weights
     if renderer.template_hash != receipt.template_hash:

@@ -144,6 +144,7 @@ class HFSampler:
 
         from tracerl.models.placement import computing, device_of
 
+        dev = device_of(self.model)
         gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
         stops = set(stop_token_ids)
         out: list[int] = []
@@ -156,7 +157,7 @@ class HFSampler:
                 kv = {self._cache_kw: past}
                 with computing(self.model):
                     res = self.model(
-                        input_ids=x.to(device_of(self.model)),
+                        input_ids=x.to(dev),
                         use_cache=True,
                         logits_to_keep=1,
                         **kv,

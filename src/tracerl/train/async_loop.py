@@ -53,7 +53,7 @@ from tracerl.rollout.groups import (
 )
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
-from tracerl.train.distill.attribution import rewrite_rewards
+from tracerl.train.distill.attribution import marked_by_update, rewrite_rewards
 from tracerl.train.grpo import GRPOConfig, RewardFn, has_signal, update_on_groups
 from tracerl.train.learner import Learner
 
@@ -348,7 +348,7 @@ async def _consume_step(
     )
     version_before = sampler.policy_version
     t1 = time.perf_counter()
-    before = {id(e): e.reward for g in taken for e in g}
+    marked = marked_by_update(taken)
     m = await asyncio.to_thread(
         update_on_groups,
         taken,
@@ -362,8 +362,7 @@ async def _consume_step(
     )
     if sampler.policy_version == version_before:  # no optimizer step ran (no eligible rows)
         sampler.policy_version += 1
-    marked = [e for g in taken for e in g if e.reward is not before[id(e)]]
-    _rewrite_marked(marked, writer)
+    _rewrite_marked(marked(), writer)
     async with state.changed:
         # the trained groups' places are freed only now, so the groups that take them sample
         # on the new weights (freed before the update, they would sample on the old ones and

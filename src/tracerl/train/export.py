@@ -27,9 +27,7 @@ import torch
 
 from tracerl.cache import save_folder_atomically
 from tracerl.errors import UserError
-from tracerl.models.refs import ModelRef, parse_model_ref
-
-EXPORT_FILE = "tracerl_export.json"
+from tracerl.models.refs import EXPORT_FILE, ModelRef, parse_model_ref
 
 
 @dataclass

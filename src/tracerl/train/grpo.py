@@ -31,7 +31,7 @@ from tracerl.rollout.groups import EnvSource, RolloutBackend, rollout_metrics, r
 from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.distill import Distiller
-from tracerl.train.distill.attribution import mark_unscored, rewrite_rewards
+from tracerl.train.distill.attribution import mark_unscored, marked_by_update, rewrite_rewards
 from tracerl.train.dynamic_sampling import DynamicSampling, Refill, sample_with_signal
 from tracerl.train.interrupt import cancellable
 from tracerl.train.learner import Learner
@@ -120,14 +120,12 @@ def grpo_step(
             )
         )
     )
-    trained = [e for g in sampled.train for e in g]
-    before = [e.reward for e in trained]
+    marked = marked_by_update(sampled.train)
     metrics = update_on_groups(
         sampled.train, learner, cfg, sampled=sampled.drawn, signal=sampled.signal
     )
     if writer is not None:  # the teacher's verdicts, into the records already on disk
-        marked = [e for e, r in zip(trained, before, strict=True) if e.reward is not r]
-        rewrite_rewards(writer.path, marked)
+        rewrite_rewards(writer.path, marked())
     metrics.update(sampled.metrics(cfg.dynamic_sampling is not None))
     policy.sampler.policy_version += 1
     drawn = [e for g in sampled.drawn for e in g]
@@ -223,7 +221,7 @@ def update_on_groups(
     reward metrics describe them all, so filtering cannot flatter the training curve.
     `signal`: whether each of those groups has signal, when the caller knows already."""
     episodes = [e for g in groups for e in g]
-    _, eligible, advantages = episode_advantages(groups, cfg)
+    rewards, eligible, advantages = episode_advantages(groups, cfg)
     own = child_advantages(groups, eligible, cfg.advantage)  # graded sub-agents
     weights = sample_weights if sample_weights is not None else [1.0] * len(episodes)
     rows: list[Any] = []
@@ -247,6 +245,7 @@ def update_on_groups(
             row_weights.append(w)
             row_episode.append(i)
     extra: dict[str, float] = {}
+    out: set[int] = set()  # episodes the teacher made the evaluator's
     if cfg.distill is not None and rows:  # the teacher's term, per token
         d = cfg.distill.apply(rows, outcome, row_weights)
         # an episode with a sample the teacher could not score is the evaluator's, whole
@@ -271,8 +270,9 @@ def update_on_groups(
     seen = list(sampled) if sampled is not None else list(groups)
     observed = [e for g in seen for e in g]
     metrics.update(rollout_metrics(observed) | owner_metrics(observed))
-    # read again: the teacher may have made some episodes the evaluator's since
-    totals, ok_seen = training_rewards(observed, cfg)
+    # read again where the teacher made some episodes the evaluator's since
+    fresh = sampled is None and not out
+    totals, ok_seen = (rewards, eligible) if fresh else training_rewards(observed, cfg)
     metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
     metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
     metrics.update(child_reward_metrics(seen))

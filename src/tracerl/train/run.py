@@ -98,13 +98,18 @@ class Run:
     # -- the model and the policy -----------------------------------------------------
 
     @cached_property
-    def placement(self) -> Placement:
-        """Where the run's model lives and in which precision it trains (``model.device``,
-        ``model.dtype``, ``trainer.precision``: `tracerl.models.placement`); with LoRA, the
-        frozen base's (its weights in the compute dtype, the adapters fp32)."""
+    def trained_placement(self) -> Placement:
+        """Where a model of the run lives and in which precision it trains (``model.device``,
+        ``model.dtype``, ``trainer.precision``: `tracerl.models.placement`)."""
         m = self.cfg.model
-        placement = resolve_placement(m.device, m.dtype, self.cfg.trainer.precision)
-        return placement.for_lora_base() if m.lora is not None else placement
+        return resolve_placement(m.device, m.dtype, self.cfg.trainer.precision)
+
+    @property
+    def placement(self) -> Placement:
+        """The run's own model's: with LoRA, the frozen base's (its weights in the compute
+        dtype, the adapters fp32)."""
+        full = self.trained_placement
+        return full.for_lora_base() if self.cfg.model.lora is not None else full
 
     @cached_property
     def bundle(self) -> Any:
@@ -120,11 +125,7 @@ class Run:
         cfg = self.cfg
         bundle = load(spec)
         lora = cfg.model.lora is not None and spec == cfg.model.spec
-        placement = self.placement
-        if cfg.model.lora is not None and not lora:  # another spec: trained as configured
-            m = cfg.model
-            placement = resolve_placement(m.device, m.dtype, cfg.trainer.precision)
-        bundle.model = place(bundle.model, placement)
+        bundle.model = place(bundle.model, self.placement if lora else self.trained_placement)
         if lora:
             bundle.model = apply_lora(
                 bundle.model, **cfg.model.lora.model_dump(), seed=cfg.trainer.seed

@@ -34,6 +34,9 @@ from tracerl.rollout.context.messages import Message, clean, plain, turns
 from tracerl.rollout.context.summarizers import Summarize, SummarizerError, make_summarizer
 from tracerl.types import StopReason
 
+_NO_ROOM = {"skipped": "no new sample leaves room for the next turn"}
+"""A step's compaction record where none could start (the episode ends context_overflow)."""
+
 MIN_SUMMARY_TOKENS = 8
 """A policy summary with less room than this is not attempted."""
 
@@ -135,7 +138,6 @@ class EpisodeContext:
         run.ledger.record(step, "summary", cost_ms, len(res.token_ids), None)
         source = [clean(m) for m in run.conv.messages[:-2]]  # less the ask and the summary
         record = self._restart(run, source, text, "policy", due["tokens_before"], step)
-        skipped = {"skipped": "no new sample leaves room for the next turn"}
         if record is not None:
             record["summary_tokens"] = len(res.token_ids)
         run.records[step] = {
@@ -144,7 +146,7 @@ class EpisodeContext:
             "policy_error": False,
             "infra_error": False,
             "attempts": [],
-            "compaction": record or skipped,
+            "compaction": record or dict(_NO_ROOM),
             "reward": {"task": None, "attribution": None},
         }
         return None if record is not None else StopReason.CONTEXT_OVERFLOW
@@ -172,7 +174,7 @@ class EpisodeContext:
             run.ledger.record(step, f"summary:{by}", cost_ms, 0, None)
         record = self._restart(run, source, summary, by, n, step)
         if record is None:  # not even the last turn fits a new sample: as under `stop`
-            rec["compaction"] = {"skipped": "no new sample leaves room for the next turn"}
+            rec["compaction"] = dict(_NO_ROOM)
             run.conv.add_observation(messages)
             return StopReason.CONTEXT_OVERFLOW
         rec["compaction"] = record

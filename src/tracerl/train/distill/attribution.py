@@ -19,14 +19,14 @@ afterwards, atomically.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracerl.cache import write_bytes_atomically
 from tracerl.jsonl import complete_members_text, dumps
+from tracerl.rollout.persist import episode_member
 from tracerl.rollout.runner import Episode
 from tracerl.types import Attribution, Trajectory
 
@@ -68,6 +68,13 @@ def mark_unscored(
     return set(by_episode)
 
 
+def marked_by_update(groups: Sequence[Sequence[Episode]]) -> Callable[[], list[Episode]]:
+    """Taken before an update on `groups`; called after it, the episodes the update marked
+    (`mark_teacher_failure` replaced their reward): what `rewrite_rewards` writes."""
+    before = [(e, e.reward) for g in groups for e in g]
+    return lambda: [e for e, reward in before if e.reward is not reward]
+
+
 def rewrite_rewards(path: Path, episodes: Sequence[Episode]) -> int:
     """Write `episodes`' reward records into step file `path`, where they were written when
     they finished; returns how many samples changed. Every other line is kept as it was, one
@@ -94,20 +101,6 @@ def rewrite_rewards(path: Path, episodes: Sequence[Episode]) -> int:
             members.append((eid, [line]))
     if not changed:
         return 0
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            for _, lines in members:
-                text = "".join(x + "\n" for x in lines)
-                f.write(gzip.compress(text.encode("utf-8"), mtime=0))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself survives a power cut
-    finally:
-        os.close(fd)
+    data = b"".join(episode_member("".join(x + "\n" for x in lines)) for _, lines in members)
+    write_bytes_atomically(path, data, durable=True)
     return changed
