@@ -37,7 +37,13 @@ _LAZY = {
     "Budgets": "tracerl.rollout.budget",
     "TerminalReserve": "tracerl.rollout.budget",
     "EpisodeWriter": "tracerl.rollout.persist",
+    "Run": "tracerl.train.api",
+    "TrainResult": "tracerl.train.api",
 }
+_MODULES = {"train": "tracerl.train"}
+"""Lazy names that are modules: ``tracerl.train`` is the training package, and calling it
+trains (`tracerl.train.api.train`); it would replace a function of that name here as soon as
+one of its modules was imported."""
 
 __all__ = [
     "Attribution",
@@ -53,12 +59,15 @@ __all__ = [
     "read_trajectories",
     "write_trajectories",
     *_LAZY,
+    *_MODULES,
 ]
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'tracerl' has no attribute {name!r}")

@@ -111,3 +111,27 @@ def describe(obj: Any) -> str | None:
     if not module or not qualname or "<" in qualname or module == "__main__":
         return None
     return f"{module}:{qualname}"
+
+
+PYTHON_OBJECT = "python:"
+"""The prefix of a name that stands for a Python object handed to ``tracerl.train()`` (an
+environment class, a reward function) that no import path finds again: registered in the
+process that started the run, and in no other."""
+
+
+def python_object_name(obj: Any) -> str:
+    """``python:<qualname>``: the name such an object is registered under (an instance
+    without a qualname of its own, a callable object, is named after its class)."""
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return PYTHON_OBJECT + qualname
+
+
+def not_in_this_process(what: str, name: str, example: str, by_path: str) -> NotFoundError:
+    """The error for a ``python:`` name this process has no object for: a run started from
+    Python, resumed (or replayed) where that object was never given."""
+    return NotFoundError(
+        f"{what} {name!r} was a Python object given to tracerl.train() in the process that "
+        "started the run; this process has no object under that name",
+        f"give it again from Python ({example}), or move it into a module and name it by "
+        f"import path ({by_path})",
+    )

@@ -228,6 +228,21 @@ CASES = {
         None,
     ),
     "the run exists": (["train", "good.yaml"], "already holds a run", "--resume"),
+    "eval of a run that is not there": (
+        ["eval", "good.yaml", "model.spec=run:RUNS/nope@3", "--out", "RUNS/new-eval"],
+        "model.spec: run:",
+        "give a run's folder",
+    ),
+    "eval of a run that has no checkpoint": (
+        ["eval", "good.yaml", "model.spec=run:RUNS/existing", "--out", "RUNS/new-eval"],
+        "no checkpoint under",
+        "train the run first",
+    ),
+    "eval at a negative temperature": (
+        ["eval", "good.yaml", "eval.temperature=-0.5", "--out", "RUNS/new-eval"],
+        "eval.temperature: Input should be greater than or equal to 0",
+        "docs/config.md",
+    ),
     "eval of a config naming an unknown env": (
         ["eval", "good.yaml", "env.name=nope", "--out", "RUNS/new-eval"],
         "unknown environment 'nope'",

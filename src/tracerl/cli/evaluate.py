@@ -36,6 +36,13 @@ def eval_command(
     ] = None,
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/eval"),
     seed: Annotated[int, typer.Option(help="task sample and sampling seed")] = 0,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            help="sampling temperature, 0: greedy (default: 0.7, or the config's "
+            "eval.temperature; with CONFIG it sets eval.temperature)"
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a model on held-out tasks; write episodes and per-split metrics.
 
@@ -46,6 +53,8 @@ def eval_command(
 
     if n is not None and n < 1:
         raise fail(f"--n must be at least 1, got {n}")
+    if temperature is not None and temperature < 0:
+        raise fail(f"--temperature must be at least 0 (0: greedy), got {temperature}")
     refuse_existing_run(out, "pick another --out")  # before any progress is drawn
     if config is not None or overrides:
         from tracerl.train.evaluation import evaluate_config
@@ -58,7 +67,10 @@ def eval_command(
                 "set them in the config instead (model.spec=..., env.kwargs.corpus=..., "
                 "env.eval_split=...)",
             )
-        prepared = prepare_config(config, [*(overrides or []), f"trainer.seed={seed}"])
+        given = [*(overrides or []), f"trainer.seed={seed}"]
+        if temperature is not None:
+            given.append(f"eval.temperature={temperature}")
+        prepared = prepare_config(config, given)
         with progress_bars() as bars:
             metrics = evaluate_config(prepared, out, n=n, progress=bars)
         written = out / "eval"
@@ -66,8 +78,8 @@ def eval_command(
         from tracerl.envs import get_parser
         from tracerl.evaluate import check_search_eval, evaluate
         from tracerl.models import load
-        from tracerl.models.loading import check_spec
         from tracerl.models.placement import for_inference
+        from tracerl.models.specs import check_spec
 
         model, corpus = model or "smollm2-135m-instruct", corpus or "synthetic"
         protocol = protocol or "tools"
@@ -79,7 +91,8 @@ def eval_command(
 
         bundle = load(model)
         bundle.model = for_inference(bundle.model)
-        sampler = BatchedHFSampler(bundle.model, temperature=0.7, seed=seed)
+        t = 0.7 if temperature is None else temperature
+        sampler = BatchedHFSampler(bundle.model, temperature=t, seed=seed)
         parser = get_parser("search_r1") if protocol == "search_r1" else None
         policy = Policy.from_bundle(bundle, sampler, parser)
         with progress_bars() as bars:
@@ -94,6 +107,10 @@ def eval_command(
                 progress=bars,
             )
     for key, value in sorted(metrics.items()):
-        if value or "success" in key:
-            console.print(f"{key:55s} {value:8.3f}", markup=False)
+        if key.endswith("_stderr"):  # beside its metric: 0.375 ± 0.171
+            continue
+        if value or "success" in key or "@" in key:
+            se = metrics.get(f"{key}_stderr")
+            spread = "" if se is None else f" ± {se:.3f}"
+            console.print(f"{key:55s} {value:8.3f}{spread}", markup=False)
     console.print(f"wrote {out}/metrics.jsonl and {written}/episodes/", markup=False)

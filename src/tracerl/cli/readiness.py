@@ -31,7 +31,7 @@ def readiness(
         raise fail(f"--episodes must be at least 1, got {episodes}")
     cfg = prepare_config(config, overrides).cfg
     if sft is not None:
-        from tracerl.models.loading import check_spec
+        from tracerl.models.specs import check_spec
 
         check_spec(sft)
     result = readiness_from_config(cfg, episodes=episodes, compare=sft)

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
+SPEC_HELP = "model spec: smollm2-135m-instruct, tiny-random, hf:DIR, run:RUN[@STEP]"
+
 
 def serve_command(
-    model: Annotated[
-        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
-    ],
+    model: Annotated[str, typer.Argument(help=SPEC_HELP)],
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     temperature: Annotated[
@@ -51,9 +51,7 @@ def serve_command(
 
 
 def gateway_command(
-    model: Annotated[
-        str, typer.Argument(help="model spec: smollm2-135m-instruct, tiny-random, hf:DIR")
-    ],
+    model: Annotated[str, typer.Argument(help=SPEC_HELP)],
     port: Annotated[int, typer.Option(help="port to listen on")] = 8001,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     out: Annotated[Path, typer.Option(help="where ended sessions are written")] = Path(

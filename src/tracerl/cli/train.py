@@ -102,7 +102,7 @@ def sft(
 
     The masks are RL's: tool output, prompts and template tokens never carry loss."""
     from tracerl.models import load
-    from tracerl.models.loading import check_spec
+    from tracerl.models.specs import check_spec
     from tracerl.train.sft import sft as run_sft
     from tracerl.train.sft import sft_data
 

@@ -12,6 +12,7 @@ documented in docs/config.md (`tracerl.config.reference`).
 
 from tracerl.config.base import ConfigError
 from tracerl.config.env import EnvConfig
+from tracerl.config.eval import EvalConfig
 from tracerl.config.loading import apply_overrides, load_config
 from tracerl.config.model import LORA_TARGETS, LoraConfig, ModelConfig, VLLMConfig
 from tracerl.config.run import (
@@ -36,6 +37,7 @@ __all__ = [
     "ConfigError",
     "DynamicSamplingConfig",
     "EnvConfig",
+    "EvalConfig",
     "LearnerPlacement",
     "LoraConfig",
     "ModelConfig",

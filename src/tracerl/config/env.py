@@ -48,8 +48,9 @@ class EnvConfig(_Config):
     ``adversarial`` (``heldout`` when it declares none). Naming the training split is allowed
     with a warning: evaluations then measure trained-on tasks."""
     eval_tasks: int = Field(20, ge=1)
-    """Tasks of `eval_split` each evaluation plays, one episode each: the same tasks every
-    time (drawn from `trainer.seed`), so evaluations compare."""
+    """Tasks of `eval_split` each evaluation plays (``eval.samples_per_task`` episodes each,
+    one by default): the same tasks every time (drawn from `trainer.seed`), so evaluations
+    compare."""
     adversarial_eval_tasks: int = Field(0, ge=0)
     """Also evaluate this many tasks of the ``adversarial`` split (search: look-alike, dead
     link, conflict and timeout traps), each kind its own curve on the dashboard; 0: none."""

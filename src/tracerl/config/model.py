@@ -60,7 +60,10 @@ class VLLMConfig(_Config):
 class ModelConfig(_Config):
     spec: str = "smollm2-135m-instruct"
     """A model spec: smollm2-135m-instruct, tiny-random, tiny-chars (and their -hd64 forms, which
-    vLLM can serve) or hf:<folder>."""
+    vLLM can serve), hf:<folder> (an export named anything), or a run's checkpoint:
+    run:runs/NAME (its newest), run:runs/NAME@7 (after step 7) or the folder
+    runs/NAME/checkpoints/step_7 (the run's base model with the checkpoint's weights, LoRA
+    adapters merged; training starts from them)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature (the learner computes log-probs at the same temperature)."""
     max_batch_size: int = Field(32, ge=1)

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from tracerl.config.base import _Config
 from tracerl.config.distill import vocabulary_mismatch
 from tracerl.config.env import EnvConfig
+from tracerl.config.eval import EvalConfig
 from tracerl.config.model import ModelConfig
 from tracerl.config.trainer import TrainerConfig
 from tracerl.envs.registry import declared_agent
@@ -77,6 +78,8 @@ class RunConfig(_Config):
     """The RL algorithm, the learner, sync or async training, and where rollouts run."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """What shapes one episode: budgets, the terminal reserve, retries, token limits."""
+    eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+    """How evaluations sample: their temperature (0: greedy) and episodes per task."""
     warm_start: WarmStartConfig | None = None
     """None: RL from the model as loaded."""
     agent: AgentConfig | None = None
@@ -156,6 +159,13 @@ class RunConfig(_Config):
                 "trainer.rollout.weight_sync=lora hot-loads LoRA adapters into the server at "
                 "sampler_url: set model.lora, or give a full-weight hook "
                 "(weight_sync: package.module:factory)"
+            )
+        t = self.eval.temperature
+        if r.backend == "ray" and t is not None and t != self.model.temperature:
+            raise ValueError(
+                f"eval.temperature={t}: Ray rollout workers sample at model.temperature "
+                f"({self.model.temperature}), evaluations included; leave eval.temperature "
+                "unset, or use trainer.rollout.backend=inprocess"
             )
         if self.agent is not None and r.backend == "ray":
             raise ValueError(

@@ -253,8 +253,16 @@ def parser_for_model(model_id: str) -> ActionParser:
     """The tool-call parser for a model: the one a tracerl export names (``parser`` in its
     ``tracerl_export.json``: the format its run trained it on), else its family's (matched
     on the spec of a model tracerl ships), else `NoParserError` saying which key to set. A
-    folder's name says nothing: an export named anything finds its parser."""
-    if model_id.startswith("hf:"):
+    folder's name says nothing: an export named anything finds its parser. A run's
+    checkpoint (``run:runs/NAME@7``, a checkpoint folder) parses as its run trained: the
+    run's ``env.parser``, else its base model's parser (`run_parser`)."""
+    from tracerl.models.refs import is_checkpoint_ref
+
+    if is_checkpoint_ref(model_id):
+        named = run_parser(model_id)
+        if named is not None:
+            return get_parser(named)
+    elif model_id.startswith("hf:"):
         named = _exported_parser(Path(model_id[3:]).expanduser())
         if named is not None:
             return get_parser(named)
@@ -267,6 +275,30 @@ def parser_for_model(model_id: str) -> ActionParser:
         f"no tool-call parser is known for model {model_id!r}",
         f"set env.parser to the format it writes tool calls in: {', '.join(sorted(PARSERS))}",
     )
+
+
+def run_parser(ref: str) -> str | None:
+    """The tool-call format the run of checkpoint `ref` (``run:...``, a checkpoint folder)
+    trained its policy in: its config's ``env.parser``, else its base model's
+    (`parser_for_model`); None: neither names one. `ModelNotFoundError` for a checkpoint
+    that is not there."""
+    import yaml
+
+    from tracerl.models.refs import parse_model_ref
+
+    model = parse_model_ref(ref)
+    assert model.run_dir is not None
+    try:
+        env = (yaml.safe_load((model.run_dir / "config.yaml").read_text()) or {}).get("env")
+    except (OSError, yaml.YAMLError):
+        env = None
+    named = (env or {}).get("parser") if isinstance(env, dict) else None
+    if named in PARSERS:
+        return str(named)
+    try:
+        return parser_for_model(model.spec).name
+    except NoParserError:
+        return None
 
 
 def _exported_parser(folder: Path) -> str | None:

@@ -4,10 +4,13 @@
     make("unitconv")                         # an entry point of group ``tracerl.envs``
     make("mypkg.envs:UnitConv", scale=2)     # an import path (class or factory)
 
-The three resolve in that order. `make` records how the env was built (``env.spec``: name,
-kwargs and the import path of its factory) so a receipt can say how to rebuild it, in another
-process, for a live replay or on a Ray worker. An unknown name raises listing the valid ones
-and how to add one. Registering a name twice with different factories raises.
+The three resolve in that order. A ``python:<qualname>`` name is an object `tracerl.train`
+was given (a class defined in a notebook or a test) and registered for its process only:
+elsewhere it is an error that says how to give it again. `make` records how the env was
+built (``env.spec``: name, kwargs and the import path of its factory) so a receipt can say
+how to rebuild it, in another process, for a live replay or on a Ray worker. An unknown
+name raises listing the valid ones and how to add one. Registering a name twice with
+different factories raises.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from typing import Any
 from tracerl.envs.base import Env
 from tracerl.errors import NotFoundError, UserError, unknown
 from tracerl.imports import (
+    PYTHON_OBJECT,
     describe,
     entry_points,
     is_import_path,
     load_entry_point,
     load_object,
+    not_in_this_process,
     search_directory,
 )
 
@@ -50,6 +55,11 @@ def register(name: str, factory: Callable[..., Env], *, agent: str | None = None
     _REGISTRY[name] = factory
     if agent is not None:
         _AGENTS[name] = agent
+
+
+def registered_factory(name: str) -> Callable[..., Env] | None:
+    """The factory registered under `name` (`register`), if any."""
+    return _REGISTRY.get(name)
 
 
 def declared_agent(name: str) -> str | None:
@@ -79,6 +89,13 @@ def resolve(name: str) -> EnvSpec:
     if name in _REGISTRY:
         factory = _REGISTRY[name]
         return EnvSpec(name, factory, describe(factory))
+    if name.startswith(PYTHON_OBJECT):  # `tracerl.train(env=...)` registered it elsewhere
+        raise not_in_this_process(
+            "environment",
+            name,
+            "tracerl.train(CONFIG, env=YourEnv, resume=True)",
+            "env.name: package.module:Class",
+        )
     if is_import_path(name):
         factory = load_object(name, "environment")
         _check_factory(name, factory)

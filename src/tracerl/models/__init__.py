@@ -6,9 +6,9 @@ from tracerl.models.loading import (
     ModelNotFoundError,
     PolicyBundle,
     cache_dir,
-    load,
 )
 from tracerl.models.render import ChatRenderer, tools_block
+from tracerl.models.specs import load
 
 __all__ = [
     "MODEL_SPECS",

@@ -388,8 +388,9 @@ def check_spec(spec: str) -> None:
         raise unknown(
             "model spec",
             spec,
-            [*MODEL_SPECS, "hf:<folder>"],
-            "hf:<folder> loads a Hugging Face model folder (config.json, weights, tokenizer)",
+            [*MODEL_SPECS, "hf:<folder>", "run:<run dir>[@step]"],
+            "hf:<folder> loads a Hugging Face model folder (config.json, weights, tokenizer); "
+            "run:runs/NAME@7 a run's checkpoint after step 7",
             error=ModelNotFoundError,
         )
 

@@ -1,10 +1,12 @@
 """What a model reference names, without loading it: a spec, or a run's checkpoint.
 
-A model a run uses beside its policy (a distillation teacher) may be given as
+A model (a run's policy, a model to evaluate or serve, a distillation teacher) may be given as
 
 * a model spec: ``smollm2-135m-instruct``, ``tiny-random``, ``hf:<folder>``;
 * a run: ``run:runs/NAME`` (its latest checkpoint) or ``run:runs/NAME@7`` (after step 7);
 * a checkpoint folder: ``runs/NAME/checkpoints/step_7``.
+
+(`tracerl.models.specs` checks and loads every form.)
 
 A checkpoint holds the trained weights (``model.pt``: the full state dict, or a LoRA run's
 adapters only); its run's ``config.yaml`` names the base model spec and the LoRA shape.
@@ -43,8 +45,20 @@ SPEC_TOKENIZERS: dict[str, Callable[[], Any]] = {
 """Each spec's tokenizer, loaded without its weights."""
 
 
+def is_checkpoint_ref(text: str) -> bool:
+    """Whether `text` names a run's checkpoint (``run:...`` or a checkpoint folder), not a
+    model spec (`parse_model_ref` says whether the checkpoint is there)."""
+    if text.startswith("run:"):
+        return True
+    folder = Path(text).expanduser()
+    return (folder / "model.pt").is_file() and (folder / "state.json").is_file()
+
+
 def tokenizer_of(spec: str) -> Any:
-    """`spec`'s tokenizer alone (no weights loaded): to check two models share one."""
+    """`spec`'s tokenizer alone (no weights loaded): to check two models share one. A run's
+    checkpoint has its base model's."""
+    if is_checkpoint_ref(spec):
+        return tokenizer_of(parse_model_ref(spec).spec)
     check_spec(spec)
     if spec.startswith("hf:"):
         _import_libraries()
@@ -89,6 +103,11 @@ class ModelRef:
     lora: dict[str, Any] | None = None
     """The run's ``model.lora`` (its checkpoint then holds adapters only)."""
 
+    @property
+    def run_dir(self) -> Path | None:
+        """The run the checkpoint belongs to (None: a plain spec)."""
+        return None if self.checkpoint is None else self.checkpoint.parent.parent
+
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
     """The steps of `run_dir`'s complete checkpoints (``checkpoints/step_<n>/state.json``),
@@ -131,8 +150,16 @@ def parse_model_ref(text: str) -> ModelRef:
             n = steps[-1]
         return _from_run(text, run_dir, run_dir / "checkpoints" / f"step_{n}")
     folder = Path(text).expanduser()
-    if (folder / "model.pt").is_file() and (folder / "state.json").is_file():
+    if is_checkpoint_ref(text):
         return _from_run(text, folder.parent.parent, folder)
+    if folder.parent.name == "checkpoints" and folder.name.startswith("step_"):
+        steps = checkpoint_steps(folder.parent.parent)
+        raise ModelNotFoundError(
+            f"{text}: no checkpoint there (expected {folder / 'model.pt'} and state.json)",
+            f"its run's checkpoints: {', '.join(map(str, steps))}"
+            if steps
+            else f"{folder.parent} holds no complete checkpoint; train the run first",
+        )
     check_spec(text)
     return ModelRef(text, text)
 
@@ -151,7 +178,9 @@ def _from_run(text: str, run_dir: Path, checkpoint: Path) -> ModelRef:
     spec = model.get("spec")
     if not isinstance(spec, str):
         raise ModelNotFoundError(f"{text}: {config} names no model.spec")
-    check_spec(spec)
+    if spec.startswith("run:") and Path(spec[4:].partition("@")[0]).resolve() == run_dir.resolve():
+        raise ModelNotFoundError(f"{text}: {config} names the run itself as its model.spec")
+    parse_model_ref(spec)  # a run trained from another run's checkpoint: that one too
     return ModelRef(text, spec, checkpoint, model.get("lora"))
 
 

@@ -58,7 +58,7 @@ def reward_key(cfg: RunConfig) -> str:
 
 
 def check_model(spec: str) -> None:
-    from tracerl.models.loading import check_spec
+    from tracerl.models.specs import check_spec
 
     try:
         check_spec(spec)
@@ -298,6 +298,12 @@ def prepare(cfg: RunConfig) -> Prepared:
         warnings.append(
             f"env.eval_split is the training split ({env_cfg.train_split!r}): evaluations "
             "measure tasks the policy trains on, not held-out success"
+        )
+    k = cfg.eval.samples_per_task
+    if k > 1 and cfg.eval.temperature == 0:
+        warnings.append(
+            f"eval.samples_per_task={k} at eval.temperature=0: greedy decoding plays each task "
+            f"the same way {k} times (pass@{k} = mean@{k}); sample above 0 to measure pass@{k}"
         )
     cfg = cfg.model_copy(update={"env": env_cfg})
     return Prepared(cfg, spec, probe, reward, warnings)

@@ -64,7 +64,8 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def eval_history(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean}``."""
+    """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean,
+    success_rate_stderr}`` (the standard error None where the row has none: older runs)."""
     out = []
     for row in metric_rows(run_dir):
         if row.get("phase") != "eval":
@@ -79,6 +80,7 @@ def eval_history(run_dir: Path) -> list[dict[str, Any]]:
                         "split": parts[1],
                         "success_rate": row[key],
                         "reward_mean": row.get(f"eval/{parts[1]}/reward_mean", 0.0),
+                        "success_rate_stderr": row.get(f"eval/{parts[1]}/success_rate_stderr"),
                     }
                 )
     return out

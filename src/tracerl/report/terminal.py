@@ -175,6 +175,11 @@ def print_line(console: Console, label: str, value: str, sep: str = "  ") -> Non
     console.print(Text.assemble((label, "bold"), sep, value), soft_wrap=True)
 
 
+def _with_stderr(value: float, stderr: float | None) -> str:
+    """``0.375 ± 0.171`` (the value alone where no standard error was recorded)."""
+    return f"{value:.3f}" + ("" if stderr is None else f" ± {stderr:.3f}")
+
+
 def print_evals(run_dir: Path, console: Console) -> None:
     """The run's evaluations side by side, and the headline: baseline vs final."""
     history = eval_history(run_dir)
@@ -189,7 +194,7 @@ def print_evals(run_dir: Path, console: Console) -> None:
             h["stage"],
             str(h["step"]),
             h["split"],
-            f"{h['success_rate']:.3f}",
+            _with_stderr(h["success_rate"], h.get("success_rate_stderr")),
             f"{h['reward_mean']:.3f}",
         )
     console.print(table)

@@ -7,6 +7,8 @@
                                              layered spec (YAML text, a list of components)
     trainer.reward: unit                     an entry point of group ``tracerl.rewards``
     trainer.reward_components: [...]         a layered spec in the config itself
+    trainer.reward: python:my_reward         a Python object `tracerl.train(reward=...)`
+                                             registered for its process (`register_reward`)
 
 Whatever is named goes through the composer (`tracerl.rewards.compose`): gates, caps and an
 attribution label apply to a user's function as to the built-ins, and every episode's
@@ -34,7 +36,14 @@ import yaml
 from pydantic import ValidationError
 
 from tracerl.errors import NotFoundError, UserError, unknown
-from tracerl.imports import entry_points, is_import_path, load_entry_point, load_object
+from tracerl.imports import (
+    PYTHON_OBJECT,
+    entry_points,
+    is_import_path,
+    load_entry_point,
+    load_object,
+    not_in_this_process,
+)
 from tracerl.rewards.compose import (
     COMPONENTS,
     ComponentFn,
@@ -67,6 +76,24 @@ PASSED = (
 is the step being scored by a ``per: step`` component (None for ``per: episode``)."""
 ATTRIBUTION = {"name": "attribution", "fn": "attribution_label", "layer": "attribution"}
 OWN_METHODS = ("reward", "score")
+
+_OBJECTS: dict[str, Any] = {}
+"""Rewards given as Python objects, by their ``python:`` name (`register_reward`)."""
+NOT_HERE = ("tracerl.train(CONFIG, reward=your_function, resume=True)", "package.module:function")
+
+
+def register_reward(name: str, reward: Any) -> None:
+    """Register `reward` (a function, a callable object, or a layered spec) under `name`
+    for this process: what ``trainer.reward`` and a component's ``fn`` may then name. The
+    same object twice is a no-op; another object under a registered name raises."""
+    if name in _OBJECTS and _OBJECTS[name] is not reward:
+        raise ValueError(f"reward {name!r} is already registered")
+    _OBJECTS[name] = reward
+
+
+def registered_reward(name: str) -> Any:
+    """The object registered under `name` (`register_reward`), or None."""
+    return _OBJECTS.get(name)
 
 
 def builtin_rewards() -> dict[str, str]:
@@ -149,7 +176,11 @@ def _named(name: str) -> Any:
     builtin = builtin_rewards()
     if name in builtin:
         return builtin[name]
-    if is_import_path(name):
+    if name in _OBJECTS:
+        obj, path = _OBJECTS[name], name
+    elif name.startswith(PYTHON_OBJECT):
+        raise not_in_this_process("trainer.reward", name, *NOT_HERE)
+    elif is_import_path(name):
         obj, path = load_object(name, "reward"), name
     else:
         eps = entry_points(ENTRY_POINT_GROUP)
@@ -203,8 +234,8 @@ def _spec(source: Any, where: str) -> RewardSpec:
 
 
 def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]:
-    """Each component's function: a registered component, a method of the env, an import
-    path or an entry point, in that order."""
+    """Each component's function: a registered component, a method of the env, a Python
+    object registered for this process, an import path or an entry point, in that order."""
     out: dict[str, ComponentFn] = {}
     for c in spec.components:
         if c.fn in out and c.fn not in COMPONENTS:
@@ -224,6 +255,10 @@ def _functions(spec: RewardSpec, env: Any, where: str) -> dict[str, ComponentFn]
             if (problem := per_step_problem(c)) is not None:
                 raise UserError(f"{where}: {problem}", "declare it per: episode")
             out[c.fn] = COMPONENTS[c.fn]
+        elif c.fn in _OBJECTS:
+            out[c.fn] = adapt(_OBJECTS[c.fn], c.fn)
+        elif c.fn.startswith(PYTHON_OBJECT):
+            raise not_in_this_process(f"{where}: component {c.name!r}: function", c.fn, *NOT_HERE)
         elif is_import_path(c.fn):
             out[c.fn] = adapt(load_object(c.fn, f"{where}: component {c.name!r}"), c.fn)
         elif (ep := entry_points(ENTRY_POINT_GROUP).get(c.fn)) is not None:

@@ -9,7 +9,8 @@ forward per decode step, not sixteen of each.
 Logprob definition (the same as `tracerl.rollout.sampler`): for each sampled token,
 ``log softmax(logits / temperature)[token]``, temperature applied, no top-k/top-p truncation.
 Temperature 0 is greedy decoding (the most likely token; its log-prob untempered): for
-`tracerl serve` answering a model judge, never for training (the config refuses it).
+`tracerl serve` answering a model judge and for greedy evaluations (``eval.temperature: 0``,
+`with_temperature`), never for training (the config refuses it).
 
 Padding: prompts are left-padded to the longest one, with an attention mask that hides the
 pad tokens and explicit ``position_ids = clamp(cumsum(mask) - 1, min=0)``, so each row's real
@@ -101,6 +102,22 @@ class BatchedHFSampler:
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
         self._pending: list[Pending] = []
+
+    def with_temperature(self, temperature: float, seed: int) -> BatchedHFSampler:
+        """A second sampler over the same weights (and the same lock: an update waits for
+        its batches) at `temperature` (0: greedy), from `seed`: an evaluation's, while this
+        one keeps sampling training episodes at its own."""
+        other = BatchedHFSampler(
+            self.model,
+            temperature=temperature,
+            seed=seed,
+            policy_version=self.policy_version,
+            max_batch_size=self.max_batch_size,
+            pad_token_id=self.pad_token_id,
+        )
+        other._model_lock = self._model_lock
+        other.gather_s = self.gather_s
+        return other
 
     def prompt_logprobs(
         self, ids: list[int], top: int = 0, chunk: int = 256

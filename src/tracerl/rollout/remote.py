@@ -42,8 +42,8 @@ class RemoteSampler:
         policy_version: int = 0,
         client: Any = None,
     ) -> None:
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 (use a small value for near-greedy)")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.temperature = temperature
@@ -53,6 +53,22 @@ class RemoteSampler:
         self.policy_version = policy_version
         self._client = client
         self._owns_client, self._loop = False, None
+
+    def with_temperature(self, temperature: float, seed: int = 0) -> RemoteSampler:
+        """This sampler at `temperature` (0: greedy, vLLM's temperature 0), to the same
+        server and model as now: an evaluation's (training's is refused at 0 by the config).
+        Seeds are each request's (`seed` is unused: there is no sampler-wide generator)."""
+        other = RemoteSampler(
+            self.base_url,
+            self.model,
+            temperature=temperature,
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            policy_version=self.policy_version,
+            client=None if self._owns_client else self._client,
+        )
+        return other
 
     def _http(self) -> Any:
         """The HTTP client, one per event loop: a trainer runs each step's rollouts in an

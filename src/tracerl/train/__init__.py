@@ -5,11 +5,18 @@ staleness), checkpoints and resume, SFT and the warm start (see docs/training.md
 The names below load torch when first used, not when the package is imported: a command
 that stops at a mistake in its config (`train.resume`, `train.evaluation`'s checks) answers
 in a second.
+
+The package is callable: ``tracerl.train(config, env=..., reward=..., **sections)`` is
+`tracerl.train.api.train` (docs/api.md). A function named ``train`` in ``tracerl`` would be
+replaced by this package as soon as any of its modules is imported (the import system sets
+the attribute), so the package itself answers the call, imported first or not.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _EXPORTS = {
@@ -25,3 +32,15 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'tracerl.train' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+class _CallableModule(types.ModuleType):
+    """This package's class: calling it trains (`tracerl.train.api.train`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from tracerl.train.api import train
+
+        return train(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

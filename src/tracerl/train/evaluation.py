@@ -1,5 +1,11 @@
 """The run's evaluations: held-out success (and each adversarial trap kind) at a stage of
-training, written to the run directory and logged through the metrics sinks."""
+training, written to the run directory and logged through the metrics sinks.
+
+How they sample is the ``eval`` section's: at ``eval.temperature`` (0: greedy; None: the
+training temperature), through a second sampler over the same weights (`eval_policy`: the
+training sampler keeps its own temperature), each task played ``eval.samples_per_task``
+times (k) with a seed per sample, reported as ``success_rate``, ``mean@k`` and ``pass@k``
+with their standard errors (`tracerl.train.metrics.sample_metrics`)."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracerl.config import RunConfig, dump_config
+from tracerl.config import ConfigError, RunConfig, dump_config
 from tracerl.envs import FaultInjector
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
@@ -43,6 +49,8 @@ async def evaluate_async(
     Episodes already written for this evaluation (before a crash) are reused."""
     run_dir = cfg.run_dir
     folder = run_dir / "eval" / stage if stage == "warm_start" else run_dir / "eval"
+    policy = eval_policy(cfg, policy)
+    k = cfg.eval.samples_per_task
     lookup = getattr(probe, "document", None)
     m: dict[str, float] = {}
     splits = [(cfg.env.eval_split, cfg.env.eval_tasks)]
@@ -50,16 +58,16 @@ async def evaluate_async(
         splits.append(("adversarial", cfg.env.adversarial_eval_tasks))
     for split, n in splits:
         tasks = probe.sample_tasks(n, seed=cfg.trainer.seed, split=split)
-        bars.phase(f"eval {split} ({stage} {step})", len(tasks))
+        bars.phase(f"eval {split} ({stage} {step})", len(tasks) * k)
         where = folder if split == cfg.env.eval_split else folder / split
-        episodes = []
+        episodes, by_task = [], []
         for _, batch, factory in task_batches(tasks, env, seed=cfg.trainer.seed):
             groups = await run_groups(
                 factory,
                 batch,
                 policy,
                 cfg.rollout,
-                group_size=1,
+                group_size=k,  # each sample its own member: its own seed and episode id
                 seed=10**6 + step,
                 # baseline and warm-start evaluations share step 0's seed: the stage (and a
                 # second split) keep their episode ids apart
@@ -70,11 +78,17 @@ async def evaluate_async(
                 score=reward.evaluating() if hasattr(reward, "evaluating") else reward,
                 backend=backend,
             )
-            episodes += [g[0] for g in groups]
-        m.update(eval_metrics(episodes, split, lookup))
+            episodes += [e for g in groups for e in g]
+            by_task += groups
+        m.update(eval_metrics(episodes, split, lookup, by_task))
     sink.log({"step": step, "phase": "eval", "stage": stage, **m})
     split = cfg.env.eval_split
-    line = f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}"
+    line = (
+        f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}"
+        f" ± {m[f'eval/{split}/success_rate_stderr']:.3f}"
+    )
+    if k > 1:
+        line += f", pass@{k} {m[f'eval/{split}/pass@{k}']:.3f}"
     infra = m.get(f"eval/{split}/stop/infra_failure", 0.0)
     if infra:  # a success rate that measured the infrastructure must say so
         line += (
@@ -89,6 +103,25 @@ async def evaluate_async(
         )
     bars.line(line)
     return m
+
+
+def eval_policy(cfg: RunConfig, policy: Policy) -> Policy:
+    """The policy evaluations play: `policy` itself when ``eval.temperature`` is unset or
+    is the sampler's, else the same model and parser with a second sampler over the same
+    weights (or server) at the evaluation's temperature, made now (its policy version is the
+    current one). The training sampler's temperature is never changed."""
+    t = cfg.eval.temperature
+    sampler = policy.sampler
+    if t is None or t == getattr(sampler, "temperature", None):
+        return policy
+    at = getattr(sampler, "with_temperature", None)
+    if at is None:
+        raise ConfigError(
+            f"eval.temperature={t}: this run's sampler ({type(sampler).__name__}) samples at "
+            "the training temperature only",
+            "leave eval.temperature unset",
+        )
+    return dataclasses.replace(policy, sampler=at(t, seed=cfg.trainer.seed))
 
 
 def task_batches(

@@ -7,10 +7,18 @@ A checkpoint (``checkpoints/step_<n>/model.pt``) holds the trained weights as a 
 (a LoRA run's: its adapters only) and the optimizer's state, for `--resume`; it needs
 tracerl and the run's ``config.yaml`` to mean anything. The export is the model alone: the
 run's base model (``model.spec``) with the checkpoint's weights loaded (LoRA adapters merged
-into the base), saved with ``save_pretrained`` (safetensors), the tokenizer and its chat
-template beside it, and ``tracerl_export.json`` saying where it came from (run, step,
-policy version, base model, the checkpoint's hash). ``model.spec: hf:DIR``, vLLM
-(``vllm serve DIR``) and ``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` load it.
+into the base), saved with ``save_pretrained`` (safetensors), the tokenizer beside it, and
+``tracerl_export.json`` saying where it came from (run, step, policy version, base model, the
+checkpoint's hash, the tool-call format, the stop ids, the chat template's hash).
+``model.spec: hf:DIR``, vLLM (``vllm serve DIR``) and
+``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` load it.
+
+Served, it sees the prompts it was trained on: its chat template renders
+``apply_chat_template(messages, tools=...)``'s tools (and a client's ``tool_calls``) exactly as
+the run's renderer did (`tracerl.models.export_template`); ``generation_config.json`` holds
+the run's stop ids and sampling; ``README.md`` (its model card, `tracerl.train.export_card`)
+the base model, the task, the held-out results, the config and how to serve it; a
+``json_list`` run's folder carries the vLLM tool-call parser plugin that reads its calls.
 
 The folder is written under a temporary name and renamed into place: it exists complete or
 not at all, and an existing folder is never overwritten.
@@ -18,55 +26,27 @@ not at all, and an existing folder is never overwritten.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tracerl.cache import save_folder_atomically
 from tracerl.errors import UserError
-from tracerl.models.refs import EXPORT_FILE, ModelRef, parse_model_ref
+from tracerl.models.export_template import export_chat_template
+from tracerl.models.refs import EXPORT_FILE, parse_model_ref
 
-
-@dataclass
-class Loaded:
-    model: Any
-    bundle: Any
-    """The base model's bundle (its tokenizer and renderer)."""
-    identity: str
-    """The base model's id, then ``+<sha of the checkpoint's weights>``."""
-
-
-def load_checkpoint_model(ref: ModelRef, device: str = "cpu", dtype: str = "float32") -> Loaded:
-    """The model `ref` names: its base spec, then its checkpoint's weights (a LoRA run's
-    adapters, merged into the base: plain weights, faster to run), placed on `device` for
-    inference: its weights in the compute dtype `dtype` means there (`Placement.frozen`)."""
-    from tracerl.models import load
-    from tracerl.models.loading import file_sha256
-    from tracerl.models.placement import place, resolve
-    from tracerl.train.lora import apply_lora, trainable_state
-
-    bundle = load(ref.spec)
-    model = place(bundle.model, resolve(device, dtype).frozen())
-    identity = bundle.model_id
-    if ref.checkpoint is not None:
-        weights = ref.checkpoint / "model.pt"
-        state = torch.load(weights, weights_only=True, map_location="cpu")
-        if ref.lora is not None:
-            model = apply_lora(model, **ref.lora)
-            missing = set(trainable_state(model)) - set(state)
-            if missing:
-                raise ValueError(
-                    f"{ref.text}: the checkpoint lacks adapter weights {sorted(missing)[:3]}"
-                )
-            model.load_state_dict(state, strict=False)
-            model = model.merge_and_unload()
-        else:
-            model.load_state_dict(state)
-        identity += f"+{file_sha256(weights)[:16]}"
-    return Loaded(model, bundle, identity)
+# the checkpoint's model loads in the models layer (`tracerl.models.specs`: `model.spec:
+# run:...` loads the same way); re-exported here for the callers that import it from here
+from tracerl.models.specs import Loaded, load_checkpoint_model  # noqa: F401
+from tracerl.train.export_card import (
+    PLUGIN_FILE,
+    VLLM_PARSERS,
+    generation_config,
+    model_card,
+    plugin_source,
+    run_config,
+)
 
 
 def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
@@ -93,11 +73,31 @@ def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
         "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
         "parser": _run_parser(Path(run), ref.spec),
     }
+    renderer, tokenizer = loaded.bundle.renderer, loaded.bundle.tokenizer
+    config_text, cfg = run_config(Path(run))
+    template = export_chat_template(renderer, receipt["parser"])
+    stop_ids = sorted(renderer.stop_token_ids)
+    receipt |= {
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+        "run_template_sha256": renderer.template_hash,
+        "stop_token_ids": stop_ids,
+        "vllm_tool_parser": VLLM_PARSERS.get(receipt["parser"] or ""),
+        "vllm_tool_parser_plugin": PLUGIN_FILE if receipt["parser"] == "json_list" else None,
+        "tracerl_version": _version(),
+    }
 
     def write(folder: Path) -> None:
         folder.mkdir(parents=True)
         loaded.model.save_pretrained(folder, safe_serialization=True)
-        loaded.bundle.tokenizer.save_pretrained(folder)  # with its chat template
+        tokenizer.chat_template = template  # renders tools as the run did (export_template)
+        tokenizer.save_pretrained(folder)
+        saved = folder / "generation_config.json"
+        base = json.loads(saved.read_text()) if saved.exists() else {}
+        gen = generation_config(base, stop_ids, tokenizer.pad_token_id, cfg)
+        saved.write_text(json.dumps(gen, indent=2) + "\n")
+        if receipt["vllm_tool_parser_plugin"]:
+            (folder / PLUGIN_FILE).write_text(plugin_source())
+        (folder / "README.md").write_text(model_card(receipt, config_text, cfg, str(out)))
         (folder / EXPORT_FILE).write_text(json.dumps(receipt, indent=1) + "\n")
         for f in folder.iterdir():  # readable by a server running as another user
             f.chmod(0o644)
@@ -125,3 +125,9 @@ def _run_parser(run: Path, base_spec: str) -> str | None:
         return parser_for_model(base_spec).name
     except NoParserError:
         return None
+
+
+def _version() -> str:
+    from tracerl import __version__
+
+    return __version__

@@ -41,6 +41,7 @@ from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.async_loop import AsyncSettings, consumed_before, ledger_writer, train_async
 from tracerl.train.checkpoint import latest_checkpoint, restore, save_checkpoint
+from tracerl.train.configure import python_objects_note
 from tracerl.train.distill import coverage_warning
 from tracerl.train.evaluation import evaluate, evaluate_async
 from tracerl.train.futility import Futility
@@ -99,7 +100,7 @@ def _start(run: Run, ckpt: Any, resume: bool, bars: QuietProgress, command: str)
     cfg, run_dir = run.cfg, run.cfg.run_dir
     run.rehearse()  # one reset and one scoring, before the model loads and the run is written
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    (run_dir / "config.yaml").write_text(python_objects_note(cfg) + dump_config(cfg))
     bars.line(f"run {run_dir}: loading {cfg.model.spec} on {run.placement.describe()} ...")
     run.policy  # noqa: B018  (the model loads before any sink opens)
     sink = run.sink(run_dir)

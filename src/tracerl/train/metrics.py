@@ -16,12 +16,23 @@ episodes eligible for it):
     judge_*                    what model judges cost and how often they failed
                                (`tracerl.rewards.judge.metrics`; only when something was judged)
 
+An evaluation that plays each task k times (``eval.samples_per_task``) also reports, per
+split (`sample_metrics`):
+
+    mean@k, pass@k             the tasks' mean success over their k samples; the share of
+                               tasks solved at least once in k (pass@k >= mean@k; both equal
+                               success_rate's estimate when k = 1)
+    <metric>_stderr            the standard error of success_rate, mean@k and pass@k across
+                               tasks: the sample standard deviation (n - 1) of the per-task
+                               values over sqrt(n tasks); with k = 1, sqrt(p (1 - p) / (n - 1))
+
 Episodes left out of the gradient are counted where the timeout policy is applied
 (``train/ineligible_episodes``, `tracerl.train.grpo.update_on_groups`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from tracerl.rewards import RewardContext, verify_citation
@@ -128,13 +139,45 @@ def _citation_verdicts(episodes: Sequence[Episode], lookup: Lookup) -> list[dict
     return out
 
 
+def stderr(values: Sequence[float]) -> float:
+    """The standard error of `values`' mean: their sample standard deviation (n - 1) over
+    sqrt(n); 0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def sample_metrics(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
+    """``mean@k``, ``pass@k`` and the standard errors across tasks of them and of
+    ``success_rate`` (see the module docstring), `groups` holding each task's k episodes
+    (k: the largest group; an episode without a reward counts as unsolved)."""
+    k = max((len(g) for g in groups), default=1)
+    solved_G = [[e.reward is not None and e.reward.succeeded for e in g] for g in groups]
+    means = [sum(s) / len(s) for s in solved_G if s]
+    passes = [float(any(s)) for s in solved_G if s]
+    n = max(1, len(means))
+    return {
+        "success_rate_stderr": stderr(means),
+        f"mean@{k}": sum(means) / n,
+        f"mean@{k}_stderr": stderr(means),
+        f"pass@{k}": sum(passes) / n,
+        f"pass@{k}_stderr": stderr(passes),
+    }
+
+
 def eval_metrics(
-    episodes: Sequence[Episode], split: str, lookup: Lookup | None = None
+    episodes: Sequence[Episode],
+    split: str,
+    lookup: Lookup | None = None,
+    groups: Sequence[Sequence[Episode]] | None = None,
 ) -> dict[str, float]:
     """One evaluation's metrics, named ``eval/<split>/...``: the scored metrics above,
     ``reward_mean`` over eligible episodes, searches per episode, P95 latency, tool cost,
     stop reasons and attribution; on the adversarial split each trap kind's success as
-    ``eval/adversarial/<kind>/success_rate``."""
+    ``eval/adversarial/<kind>/success_rate``. `groups`: the episodes by task (each task's
+    k samples; None: one episode per task), for `sample_metrics`."""
     eligible = [e.reward.total for e in episodes if e.reward is not None and e.reward.eligible]
     n = max(1, len(episodes))
     m = {
@@ -148,6 +191,7 @@ def eval_metrics(
         / n,
         "episodes": float(len(episodes)),
         **scored_metrics(episodes),
+        **sample_metrics([[e] for e in episodes] if groups is None else groups),
     }
     if lookup is not None:
         m.update(citation_metrics(episodes, lookup))

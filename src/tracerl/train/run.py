@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tracerl.algos.losses import ClipConfig
-from tracerl.config import RunConfig
+from tracerl.config import ConfigError, RunConfig
 from tracerl.engines import Engine, open_engine
 from tracerl.envs import get_parser
 from tracerl.models.placement import Placement, place
@@ -36,6 +36,7 @@ from tracerl.report.sinks import MetricsLog
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.groups import RolloutBackend
 from tracerl.rollout.runner import Policy
+from tracerl.train.configure import Config, run_config
 from tracerl.train.distill import build_distiller
 from tracerl.train.distributed.group import current
 from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
@@ -54,9 +55,34 @@ class Run:
         self.prepared = prepared
 
     @classmethod
-    def from_config(cls, cfg: RunConfig) -> Run:
-        """Check `cfg` (refusing what the run cannot complete, before anything loads)."""
-        return cls(prepare(cfg))
+    def from_config(
+        cls,
+        config: Config = None,
+        *,
+        env: Any = None,
+        reward: Any = None,
+        overrides: list[str] | Mapping[str, Any] | None = None,
+        **sections: Any,
+    ) -> Run:
+        """The run of `config` (a `RunConfig`, a dict of config keys, a YAML path, or None:
+        the defaults), with keyword `sections` merged into it (``trainer={"steps": 3}``,
+        ``name="x"``), `env` (``env.name``: a name, or an environment class or factory),
+        `reward` (``trainer.reward``: a name, a function, or a list of components) and
+        `overrides` (dotted keys, as the command line takes them) applied
+        (`tracerl.train.configure`). Checked, refusing what the run cannot complete, before
+        anything loads."""
+        if env is not None:
+            sections["env"] = env
+        if isinstance(config, RunConfig) and reward is None and not overrides and not sections:
+            cfg = config
+        else:
+            cfg = run_config(config, reward=reward, overrides=overrides, **sections)
+        try:
+            return cls(prepare(cfg))
+        except ConfigError as e:  # named after the file, as `tracerl train FILE` names it
+            if isinstance(config, str | Path):
+                raise ConfigError(f"{config}: {e.message}", e.hint) from e
+            raise
 
     @classmethod
     def model_only(cls, cfg: RunConfig) -> Run:

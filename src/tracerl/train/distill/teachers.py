@@ -116,7 +116,7 @@ class Deferred:
 def load_teacher(ref: ModelRef, device: str, dtype: str, micro_batch_tokens: int) -> ModelTeacher:
     """The model `ref` names, loaded and placed like the student (`device`, `dtype`): its base
     spec, then its checkpoint's weights (a LoRA run's adapters merged into the base)."""
-    from tracerl.train.export import load_checkpoint_model
+    from tracerl.models.specs import load_checkpoint_model
 
     loaded = load_checkpoint_model(ref, device, dtype)
     return ModelTeacher(loaded.model, loaded.identity, ref.text, micro_batch_tokens)
