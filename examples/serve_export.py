@@ -66,6 +66,10 @@ class TransformersChat:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
         self.generation = GenerationConfig.from_pretrained(folder)
+        # greedy, with the export's stop ids and turn length (its sampling is the run's)
+        self.greedy = GenerationConfig.from_dict(
+            {**self.generation.to_dict(), "do_sample": False, "temperature": 1.0, "top_p": 1.0}
+        )
         meta = json.loads((folder / "tracerl_export.json").read_text())
         self.parser = get_parser(meta["parser"])
         eos = self.generation.eos_token_id
@@ -85,11 +89,7 @@ class TransformersChat:
             out = self.model.generate(
                 input_ids=self.torch.tensor([ids]),
                 attention_mask=self.torch.ones(1, len(ids), dtype=self.torch.long),
-                generation_config=self.generation,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
+                generation_config=self.greedy,
             )
         new, cut = out[0, len(ids) :].tolist(), True
         for i, t in enumerate(new):
@@ -224,6 +224,21 @@ def play_all(
         return [await play(make_env(), t, chat, **kwargs) for t in tasks]
 
     return asyncio.run(go())
+
+
+def run_turns(trajectory: Any, stop_ids: set[int], decode: Callable[[list[int]], str]) -> list:
+    """A run's episode as `Turn`s: each policy turn's prompt (every token before it) and
+    its text (the stop token left out), to compare a served episode with, token for token."""
+    ids: list[int] = []
+    turns = []
+    for s in trajectory.segments:
+        if s.source.value == "policy":
+            own = list(s.token_ids)
+            if own and own[-1] in stop_ids:
+                own = own[:-1]
+            turns.append(Turn(list(ids), decode(own), []))
+        ids += list(s.token_ids)
+    return turns
 
 
 def main() -> None:

@@ -85,14 +85,17 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 _RATE = re.compile(r"^eval/([^/]+)/success_rate$")
 
 
-def evaluations(run: Path, step: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def evaluations(
+    run: Path, step: int
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
     """The run's evaluation of checkpoint `step` (the one logged after that step: ``step +
-    1`` in ``metrics.jsonl``) and its baseline evaluation; None where the run has none."""
-    after = baseline = None
+    1`` in ``metrics.jsonl``), its baseline evaluation and its evaluation after the warm
+    start; None where the run has none."""
+    after = baseline = warm = None
     try:
         lines = (run / "metrics.jsonl").read_text().splitlines()
     except OSError:
-        return None, None
+        return None, None, None
     for line in lines:
         try:
             row = json.loads(line)
@@ -102,9 +105,11 @@ def evaluations(run: Path, step: int) -> tuple[dict[str, Any] | None, dict[str, 
             continue
         if row.get("stage") == "baseline":
             baseline = row
+        elif row.get("stage") == "warm_start":
+            warm = row
         elif row.get("step") == step + 1:
             after = row
-    return after, baseline
+    return after, baseline, warm
 
 
 def results(row: dict[str, Any]) -> list[tuple[str, float, int, float, float]]:
@@ -141,9 +146,15 @@ def _cell(text: Any) -> str:
     return _code(text).replace("|", "\\|")
 
 
-def _results_table(after: dict[str, Any] | None, baseline: dict[str, Any] | None) -> str:
+def _results_table(
+    after: dict[str, Any] | None, baseline: dict[str, Any] | None, warm: dict[str, Any] | None
+) -> str:
     rows = []
-    for label, row in (("this checkpoint", after), ("baseline (before training)", baseline)):
+    for label, row in (
+        ("this checkpoint", after),
+        ("after the warm start (SFT)", warm),
+        ("baseline (before training)", baseline),
+    ):
         for split, rate, n, low, high in results(row) if row else ():
             rows.append(
                 f"| {label} | {_cell(split)} | {rate:.3f} | {n} | [{low:.3f}, {high:.3f}] |"
@@ -207,12 +218,58 @@ def _serving(folder: str, parser: str | None) -> str:
     )
 
 
+def _sampling(cfg: dict[str, Any]) -> str:
+    """How the run's evaluations sampled: their temperature and samples per task."""
+    evaluation, model = _section(cfg, "eval"), _section(cfg, "model")
+    temperature = evaluation.get("temperature")
+    if temperature is None:
+        temperature = model.get("temperature", 1.0)
+    k = evaluation.get("samples_per_task", 1)
+    how = "greedy (temperature 0)" if temperature == 0 else f"sampled at temperature {temperature}"
+    per = "one episode per task" if k in (None, 1) else f"{k} episodes per task"
+    return f"{how}, {per}"
+
+
+def _protocol(cfg: dict[str, Any]) -> str:
+    """The episode the policy trained in: what a served agent does to show it the same
+    prompts (`examples/serve_export.py` in tracerl's repository follows it)."""
+    rollout = _section(cfg, "rollout")
+    budgets = _section(rollout, "budgets")
+    lines = [
+        "## The episodes it trained in\n",
+        "A served agent shows the model the prompts it trained on when it plays the same way:",
+        "",
+        "- the environment's first messages, with its tools passed as `tools`;",
+        "- each call answered by a `tool` message (`tool_call_id`, `name`, the result as "
+        "`content`); a turn without a call is the final answer;",
+    ]
+    if isinstance(budgets.get("steps"), int):
+        lines.append(f"- at most {budgets['steps']} model turns per episode")
+    if isinstance(budgets.get("tool_calls"), int):
+        lines[-1] += f", {budgets['tool_calls']} tool calls"
+    if isinstance(rollout.get("max_turn_tokens"), int):
+        lines[-1] += f", {rollout['max_turn_tokens']} tokens per turn"
+    lines[-1] += ";"
+    reserve = _section(rollout, "reserve")
+    if reserve.get("instruction"):
+        n = reserve.get("min_steps_for_finalize", 1)
+        lines.append(
+            f"- when a tool step leaves {n} turn(s) or fewer (or spends the last tool call), "
+            "one user turn: " + _code(reserve["instruction"]) + ";"
+        )
+    lines.append(
+        "- a turn whose calls cannot be read is answered by the user turn "
+        "`Your last message could not be read (<why>).`"
+    )
+    return "\n".join(lines) + "\n\n"
+
+
 def model_card(receipt: dict[str, Any], config_text: str, cfg: dict[str, Any], folder: str) -> str:
     """The export's ``README.md``; `folder`: the export's path, as the commands give it."""
     env = _section(cfg, "env")
     kwargs = env.get("kwargs") if isinstance(env.get("kwargs"), dict) else {}
     run = Path(receipt["run"])
-    after, baseline = evaluations(run, int(receipt["step"]))
+    after, baseline, warm = evaluations(run, int(receipt["step"]))
     facts = [
         ("base model", _cell(receipt["base_model"])),
         ("environment (the task)", _cell(env.get("name", "?"))),
@@ -234,11 +291,14 @@ def model_card(receipt: dict[str, Any], config_text: str, cfg: dict[str, Any], f
         "| | |\n|---|---|\n"
         + "\n".join(f"| {k} | {v} |" for k, v in facts)
         + "\n\n## Held-out results\n\n"
-        "Success rate on the run's held-out tasks (tasks training never saw), evaluated after "
-        "the exported step by the run itself.\n\n"
-        + _results_table(after, baseline)
+        f"Success rate on the run's evaluation split ({_code(env.get('eval_split', '?'))}; "
+        f"training draws from {_code(env.get('train_split', '?'))}), evaluated by the run "
+        f"itself after the exported step: {_sampling(cfg)}.\n\n"
+        + _results_table(after, baseline, warm)
         + "\n"
         + _serving(folder, receipt.get("parser"))
+        + "\n"
+        + _protocol(cfg)
         + "\n## The run's config\n\n"
         + _fenced(config_text or "# (the run's config.yaml could not be read)", "yaml")
         + "\n"
