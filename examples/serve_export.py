@@ -43,6 +43,8 @@ class Turn:
     """Why its calls could not be read (a malformed call), if so."""
     cut: bool = False
     """The turn hit the token limit before its stop token."""
+    logprobs: list[float] | None = None
+    """Each written token's log-probability (its stop token's included), as served."""
 
 
 @dataclass
@@ -68,7 +70,14 @@ class TransformersChat:
         self.generation = GenerationConfig.from_pretrained(folder)
         # greedy, with the export's stop ids and turn length (its sampling is the run's)
         self.greedy = GenerationConfig.from_dict(
-            {**self.generation.to_dict(), "do_sample": False, "temperature": 1.0, "top_p": 1.0}
+            {
+                **self.generation.to_dict(),
+                "do_sample": False,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "output_logits": True,  # each written token's log-prob, to compare
+                "return_dict_in_generate": True,
+            }
         )
         meta = json.loads((folder / "tracerl_export.json").read_text())
         self.parser = get_parser(meta["parser"])
@@ -91,16 +100,20 @@ class TransformersChat:
                 attention_mask=self.torch.ones(1, len(ids), dtype=self.torch.long),
                 generation_config=self.greedy,
             )
-        new, cut = out[0, len(ids) :].tolist(), True
+        new, cut = out.sequences[0, len(ids) :].tolist(), True
+        logprobs = [
+            float(self.torch.log_softmax(logits[0].float(), -1)[t])
+            for logits, t in zip(out.logits, new, strict=False)
+        ]
         for i, t in enumerate(new):
             if t in self.stop_ids:
-                new, cut = new[:i], False
+                new, cut, logprobs = new[:i], False, logprobs[: i + 1]
                 break
         text = self.tokenizer.decode(new, skip_special_tokens=False)
         action = self.parser.parse(text, step=step)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in action.tool_calls]
         error = action.error.message if action.error is not None else None
-        return Turn(ids, text, calls, error, cut)
+        return Turn(ids, text, calls, error, cut, logprobs)
 
 
 class ServerChat:
@@ -123,6 +136,7 @@ class ServerChat:
             "max_tokens": self.max_tokens,
             "return_token_ids": True,  # vLLM: the prompt's ids, to compare with the run's
             "skip_special_tokens": False,
+            "logprobs": True,
         }
         if tools:
             body.update(tools=tools, tool_choice="auto")
@@ -140,7 +154,10 @@ class ServerChat:
         ]
         cut = answer["choices"][0].get("finish_reason") == "length"
         text = choice.get("content") or ""
-        return Turn(list(answer.get("prompt_token_ids") or []), text, calls, cut=cut)
+        scored = (answer["choices"][0].get("logprobs") or {}).get("content") or []
+        logprobs = [float(x["logprob"]) for x in scored]
+        ids = list(answer.get("prompt_token_ids") or [])
+        return Turn(ids, text, calls, cut=cut, logprobs=logprobs)
 
 
 Chat = Callable[[list[dict[str, Any]], list[dict[str, Any]], int], Turn]
@@ -236,7 +253,7 @@ def run_turns(trajectory: Any, stop_ids: set[int], decode: Callable[[list[int]],
             own = list(s.token_ids)
             if own and own[-1] in stop_ids:
                 own = own[:-1]
-            turns.append(Turn(list(ids), decode(own), []))
+            turns.append(Turn(list(ids), decode(own), [], logprobs=list(s.logprobs or ())))
         ids += list(s.token_ids)
     return turns
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -89,7 +90,9 @@ def test_max_batch_size_caps_a_batch(bundle):
     requests = [SampleRequest(p, max_tokens=2, seed=i) for i, p in enumerate(_prompts(bundle, 5))]
     results = asyncio.run(_gather(sampler, requests))
     assert len(results) == 5 and all(len(r.token_ids) == 2 for r in results)
-    assert sampler.stats.batches == 3 and sampler.stats.max_batch == 2
+    assert sampler.stats.max_batch == 2  # never more rows at once
+    # the rows waiting took the finished rows' slots in the running batch
+    assert sampler.stats.batches == 1 and sampler.stats.admitted == 3
 
 
 def test_a_failing_request_raises_to_its_caller_and_the_sampler_recovers(bundle):
@@ -169,3 +172,89 @@ def test_identical_prompts_are_prefilled_once_and_still_sampled_independently(bu
         assert res.token_ids == ref.token_ids
         assert torch.allclose(torch.tensor(res.logprobs), torch.tensor(ref.logprobs), atol=1e-4)
     assert len({tuple(r.token_ids) for r in results}) > 2  # members differ: own seeds
+
+
+# What both samplers drew for these seeded requests before sampling moved onto the model's
+# device (recorded from the CPU-side loop): the move keeps a seeded turn's tokens.
+SEEDED = [
+    ((1, 42, 7, 99, 5), 3, [206, 5171, 14040, 1324, 23184, 2947, 37912, 36535, 29222, 43624]),
+    ((1, 9, 8), 11, [7315, 23917, 48444, 8267, 28701, 34060, 28665, 6294, 28091, 45438]),
+]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "plain"])
+def test_seeded_requests_draw_the_tokens_they_always_drew(bundle, batched):
+    requests = [SampleRequest(p, 10, frozenset(), seed=s) for p, s, _ in SEEDED]
+    if batched:
+        got = BatchedHFSampler(bundle.model, seed=0).generate_batch(requests)
+    else:
+        plain = HFSampler(bundle.model, seed=0)
+        got = [asyncio.run(plain.sample(r)) for r in requests]
+    assert [r.token_ids for r in got] == [want for _, _, want in SEEDED]
+    # each token's log-prob is the one its step's distribution gives it (and a host float)
+    assert all(isinstance(x, float) and x < 0 for r in got for x in r.logprobs)
+
+
+def test_a_decode_step_reads_back_from_the_device_once(bundle, monkeypatch):
+    """Sampling happens where the logits are: a step's tokens and log-probs come back to
+    the host in one read (on a GPU, one sync per step), not a logits copy and a read per
+    row."""
+    reads = []
+    for name in ("cpu", "tolist", "item", "__int__", "__float__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            reads.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    requests = [SampleRequest((1, 42, 7, 99, 5), 12, frozenset(), seed=b) for b in range(4)]
+    out = BatchedHFSampler(bundle.model, seed=0).generate_batch(requests)
+    monkeypatch.undo()
+    assert all(len(r.token_ids) == 12 for r in out)
+    assert len(reads) <= 12 + 2, reads  # a read per decode step, and little else
+
+
+def test_a_turn_that_arrives_mid_batch_joins_it_and_draws_its_own_tokens(bundle):
+    """Continuous batching: a request made while a batch decodes joins it at the next step
+    (its own prompt prefilled, the running rows left-padded to match) instead of waiting
+    for the batch to drain; a finished row's caller gets its turn at once; every seeded
+    row's tokens are the ones it draws alone."""
+    prompts = _prompts(bundle, 3)
+    plain = HFSampler(bundle.model)
+    alone = [plain.generate(p, max_tokens=m, stop_token_ids=(), seed=i)
+             for i, (p, m) in enumerate(zip(prompts, [24, 4, 12], strict=True))]  # fmt: skip
+    sampler = BatchedHFSampler(bundle.model, max_batch_size=4)
+    order: list[str] = []
+    forward, calls = sampler._forward, []
+
+    def paced(*args, **kwargs):  # however busy the machine: the late turn arrives mid-batch
+        calls.append(1)
+        if len(calls) == 7:  # the short row (4 tokens) answered two steps ago
+            deadline = time.monotonic() + 60
+            while not sampler._pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return forward(*args, **kwargs)
+
+    sampler._forward = paced
+
+    async def run():
+        async def ask(name, i, m, delay=0):
+            await asyncio.sleep(delay)
+            r = await sampler.sample(SampleRequest(prompts[i], max_tokens=m, seed=i))
+            order.append(name)
+            return r
+
+        long = asyncio.create_task(ask("long", 0, 24))
+        short = asyncio.create_task(ask("short", 1, 4))
+        first_short = await short  # answered while the long row still decodes
+        # a later turn (as an episode's next turn would be) joins the running batch
+        late = await ask("late", 2, 12)
+        return await long, first_short, late
+
+    long, short, late = asyncio.run(run())
+    assert order == ["short", "late", "long"]
+    assert sampler.stats.batches == 1 and sampler.stats.admitted == 1
+    for got, ref in zip([long, short, late], alone, strict=True):
+        assert got.token_ids == ref.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ref.logprobs), atol=1e-4)

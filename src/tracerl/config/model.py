@@ -37,8 +37,11 @@ class VLLMConfig(_Config):
     """Where it listens. Its weight-reload routes are on: keep it off public interfaces."""
     port: int = Field(0, ge=0)
     """0: a free port."""
-    kv_cache_gb: float = Field(1.0, gt=0)
-    """CPU memory for its KV cache (vLLM would otherwise take most of the machine's)."""
+    kv_cache_gb: float | None = Field(None, gt=0)
+    """Memory for its KV cache, in GiB. None: 1 GiB on the CPU (vLLM would otherwise take
+    most of the machine's); on a GPU, what ``gpu_memory_utilization`` leaves once the
+    weights are loaded (vLLM's own sizing). Set on a GPU, it overrides
+    ``gpu_memory_utilization`` for the cache (vLLM's ``--kv-cache-memory-bytes``)."""
     max_model_len: int | None = Field(None, ge=16)
     """The longest prompt plus completion it accepts; None: the model's context length, at
     most 4096 (the KV cache is sized for it)."""
@@ -53,6 +56,28 @@ class VLLMConfig(_Config):
     the engine's) or ``uni`` (in the engine's process: one process fewer to start, 32 s
     instead of 49 s for a tiny model on 2 cores; vLLM-CPU warns that it cannot then bind
     its OpenMP threads itself)."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """On a GPU: the fraction of the GPU's total memory the server may take (weights,
+    activations and KV cache; vLLM's ``--gpu-memory-utilization``). None: 0.5, since the
+    server shares the GPU with the learner (its weights, gradients and optimizer state
+    need the rest; docs/gpu.md sizes them). Not used on the CPU. Unmeasured on a GPU."""
+    sleep_mode: bool = False
+    """On a GPU: start the server with ``--enable-sleep-mode`` and put it to sleep while the
+    learner updates, so the update has the server's memory; it wakes before the new
+    weights are pushed. LoRA runs sleep at level 1 (the base weights are offloaded to CPU
+    memory and come back), full fine-tuning at level 2 (the weights are dropped: the push
+    after the update replaces them anyway); the KV cache is dropped at both. Needs
+    ``trainer.mode: sync`` (async sampling overlaps the updates); ignored, with a warning,
+    on the CPU (vLLM's sleep mode is CUDA's). Unmeasured on a GPU."""
+    weight_sync: Literal["files", "ipc"] = "files"
+    """How full fine-tuning's weights reach the server after each update. ``files``: written
+    to RUN/engine/weights and reloaded in place (``/collective_rpc reload_weights``).
+    ``ipc``: on a GPU, in place through CUDA IPC, no files (vLLM 0.32's weight transfer
+    engine: the server starts with ``--weight-transfer-config {"backend": "ipc"}``, and
+    ``/start_weight_update``, ``/update_weights`` with the tensors' IPC handles,
+    ``/finish_weight_update``); the server must be on the learner's GPU, which it is. LoRA
+    runs hot-load adapters either way. On the CPU, ``ipc`` falls back to ``files`` with a
+    warning. Unmeasured on a GPU."""
     extra_args: list[str] = Field(default_factory=list)
     """More ``vllm serve`` arguments, passed as they are."""
 

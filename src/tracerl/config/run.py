@@ -154,6 +154,16 @@ class RunConfig(_Config):
                 "reload cannot say which version sampled a turn in flight across it, while an "
                 "adapter's name can; use trainer.mode=sync for full fine-tuning on vLLM"
             )
+        if (
+            self.model.engine == "vllm"
+            and self.trainer.mode == "async"
+            and self.model.vllm.sleep_mode
+        ):
+            raise ValueError(
+                "model.vllm.sleep_mode puts the vLLM server to sleep while the learner updates; "
+                "with trainer.mode=async it samples during the updates: use trainer.mode=sync, "
+                "or set sleep_mode to false"
+            )
         if r.sampler_url is not None and r.weight_sync == "lora" and self.model.lora is None:
             raise ValueError(
                 "trainer.rollout.weight_sync=lora hot-loads LoRA adapters into the server at "

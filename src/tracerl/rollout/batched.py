@@ -24,10 +24,25 @@ Randomness: a request with a `seed` draws from its own ``torch.Generator``, so i
 not depend on its batch-mates (up to floating-point noise of batched kernels); requests
 without one share the sampler's generator.
 
-Simplifications: static batching (a request that arrives while a batch runs waits for the
-next batch), no prefix caching across turns (each turn re-prefills its whole prompt), and
-one event loop at a time (the worker is restarted on whichever loop calls next). If a batch
-fails, its requests are retried one by one, so one bad request does not fail its batch-mates.
+Sampling happens on the model's device: the log-softmax, the draw (from a uniform drawn on
+the CPU from the row's own generator, so a seeded row's tokens do not depend on the device)
+and each token's log-prob stay where the logits are, and a decode step reads back only its
+tokens and their log-probs, in one transfer (one host sync per step on a GPU).
+
+Continuous batching: a row that stops leaves the batch at once and its caller gets its turn
+then, not when the batch drains; a request that arrives while a batch decodes (the next turn
+of an episode whose tool answered, another episode's first turn) joins it at the next step,
+while the batch has fewer than `max_batch_size` rows: its prompt is prefilled, then it and
+the running rows are left-padded to one length (padding keys and values masked out, every row
+at its own positions) and decode on together. A learner update waiting for the weights
+(`WeightsLock.waiting`) stops new rows joining, so the batch drains and the update goes next.
+A cache other than transformers' plain growing one (sliding windows, quantized) keeps static
+batching.
+
+Simplifications: no prefix caching across turns (each turn re-prefills its whole prompt),
+and one event loop at a time (the worker is restarted on whichever loop calls next). If a
+batch fails, its requests not yet answered are retried one by one, so one bad request does
+not fail its batch-mates.
 """
 
 from __future__ import annotations
@@ -53,6 +68,41 @@ class BatchStats:
     max_batch: int = 0
     shared_prefills: int = 0
     """Requests whose prompt another request in the batch had: prefilled once, shared."""
+    admitted: int = 0
+    """Requests that joined a batch already decoding (continuous batching)."""
+
+
+class WeightsLock:
+    """The lock a batch holds on the weights while it samples, and the learner's update
+    while it changes them, counting who waits for it: a batch stops taking in new turns
+    while an update waits, so continuous batching never starves the learner."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = threading.Lock()
+        self.waiting = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        with self._count:
+            self.waiting += 1
+        try:
+            return self._lock.acquire(blocking, timeout)
+        finally:
+            with self._count:
+                self.waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> WeightsLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _default_pad(model: Any) -> int:
@@ -97,7 +147,8 @@ class BatchedHFSampler:
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = BatchStats()
         self._cache_kw = _cache_keyword(model)
-        self._model_lock = threading.Lock()
+        self._model_lock = WeightsLock()
+        self._pending_lock = threading.Lock()  # `sample` adds on the loop, a batch takes too
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
@@ -161,7 +212,8 @@ class BatchedHFSampler:
             self._start_worker(loop)
         assert self._wakeup is not None
         fut: asyncio.Future[SampleResult] = loop.create_future()
-        self._pending.append((request, fut))
+        with self._pending_lock:
+            self._pending.append((request, fut))
         self._wakeup.set()
         return await fut
 
@@ -181,9 +233,7 @@ class BatchedHFSampler:
             for _ in range(self.gather_ticks):
                 await asyncio.sleep(0)
             await self._gather_stragglers()
-            taken = self._pending[: self.max_batch_size]
-            del self._pending[: self.max_batch_size]
-            batch = [(req, fut) for req, fut in taken if not fut.done()]
+            batch = self._take(self.max_batch_size)
             if batch:
                 await self._serve(batch)
 
@@ -203,105 +253,221 @@ class BatchedHFSampler:
             seen = len(self._pending)
 
     async def _serve(self, batch: list[Pending]) -> None:
-        requests = [req for req, _ in batch]
-        outcomes: list[SampleResult | Exception]
+        """Run `batch` in a worker thread; turns that arrive meanwhile join it (`_admit`)
+        while it has room, and each caller gets its turn the moment its row finishes."""
+        loop = asyncio.get_running_loop()
+        futures = [fut for _, fut in batch]  # index i: the i-th request the batch served
+
+        def admit(room: int) -> list[SampleRequest]:
+            taken = self._take(room)
+            futures.extend(fut for _, fut in taken)
+            return [req for req, _ in taken]
+
+        def deliver(i: int, out: SampleResult | Exception) -> None:
+            loop.call_soon_threadsafe(_settle, futures[i], out)
+
         try:
-            outcomes = await asyncio.to_thread(self._generate_isolated, requests)
+            await asyncio.to_thread(
+                self._generate_isolated, [req for req, _ in batch], admit, deliver
+            )
         except asyncio.CancelledError:
-            for _, fut in batch:
+            for fut in futures:
                 fut.cancel()
             raise
         except Exception as exc:  # never leave a caller waiting
-            outcomes = [exc] * len(batch)
-        for (_, fut), out in zip(batch, outcomes, strict=True):
-            if fut.done():  # the caller gave up (cancelled)
-                continue
-            if isinstance(out, Exception):
-                fut.set_exception(out)
-            else:
-                fut.set_result(out)
+            for fut in futures:
+                _settle(fut, exc)
 
-    def _generate_isolated(self, requests: list[SampleRequest]) -> list[SampleResult | Exception]:
-        """The batch's results; if it fails, each request alone, failures as exceptions."""
+    def _take(self, n: int) -> list[Pending]:
+        """Up to `n` waiting requests whose callers still wait, oldest first."""
+        with self._pending_lock:
+            taken: list[Pending] = []
+            while self._pending and len(taken) < n:
+                req, fut = self._pending.pop(0)
+                if not fut.done():
+                    taken.append((req, fut))
+            return taken
+
+    def _generate_isolated(
+        self,
+        requests: list[SampleRequest],
+        admit: Any = None,
+        deliver: Any = None,
+    ) -> list[SampleResult | Exception]:
+        """The batch's results (each also handed to `deliver(i, result)` as its row ends);
+        if the batch fails, each request not yet answered alone, failures as exceptions."""
+        served = list(requests)
+
+        def joined(room: int) -> list[SampleRequest]:
+            new = admit(room) if admit is not None else []
+            served.extend(new)
+            return new
+
+        answered: dict[int, SampleResult | Exception] = {}
+
+        def settle(i: int, out: SampleResult | Exception) -> None:
+            answered[i] = out
+            if deliver is not None:
+                deliver(i, out)
+
         try:
-            return list(self.generate_batch(requests))
+            self._decode(requests, admit=joined, deliver=settle)
         except Exception as exc:
-            if len(requests) == 1:
-                return [exc]
-        outcomes: list[SampleResult | Exception] = []
-        for req in requests:
-            try:
-                outcomes.extend(self.generate_batch([req]))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+            if len(served) == 1 and not answered:
+                settle(0, exc)
+            for i, req in enumerate(served):
+                if i in answered:
+                    continue
+                try:
+                    settle(i, self.generate_batch([req])[0])
+                except Exception as alone:
+                    settle(i, alone)
+        return [answered[i] for i in range(len(served))]
 
     def generate_batch(
         self, requests: Sequence[SampleRequest], *, policy_version: int | None = None
     ) -> list[SampleResult]:
         """Sample every request's turn together (synchronous; one forward per decode step)."""
+        return self._decode(list(requests), policy_version=policy_version)
+
+    def _decode(
+        self,
+        requests: list[SampleRequest],
+        *,
+        policy_version: int | None = None,
+        admit: Any = None,
+        deliver: Any = None,
+    ) -> list[SampleResult]:
+        """Prefill `requests`, then decode one token per running row per step until every
+        row has stopped. After each step, `admit(room)` may hand over newly arrived
+        requests: they are prefilled and join the running batch (continuous batching) while
+        it has fewer than `max_batch_size` rows, nobody waits for the weights (an update
+        waiting for the lock ends admission: the batch drains) and the cache can take them;
+        `deliver(i, result)` gets each request's result as its row ends. Results in the
+        order the requests were served."""
         import torch
 
         from tracerl.models.placement import device_of
 
-        dev = device_of(self.model)  # where every step's inputs go (sampling stays on the CPU)
-        gens = [
-            self.generator if r.seed is None else torch.Generator().manual_seed(r.seed)
-            for r in requests
-        ]
-        n_B = len(requests)
-        tokens: list[list[int]] = [[] for _ in requests]
-        logprobs: list[list[float]] = [[] for _ in requests]
-        finish = ["length"] * n_B
-        done = [False] * n_B
+        dev = device_of(self.model)  # where every step's logits, draws and log-probs live
+        served = list(requests)
+        gens: list[Any] = []
+        tokens: list[list[int]] = []
+        logprobs: list[list[float]] = []
+        results: list[SampleResult | None] = []
+
+        def enrol(new: Sequence[SampleRequest]) -> None:
+            for r in new:
+                gens.append(
+                    self.generator if r.seed is None else torch.Generator().manual_seed(r.seed)
+                )
+                tokens.append([])
+                logprobs.append([])
+                results.append(None)
+            self.stats.requests += len(new)
+
         with self._model_lock, torch.no_grad():
             # read under the lock the learner's step takes: the version of these weights
             version = self.policy_version if policy_version is None else policy_version
             self.stats.batches += 1
-            self.stats.requests += n_B
-            self.stats.max_batch = max(self.stats.max_batch, n_B)
-            # identical prompts (a GRPO group's members; their turns after identical tool
-            # results) are prefilled once, and their KV cache rows repeated
-            slot: dict[tuple[int, ...], int] = {}
-            which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
-            ids_U_T, mask_U_T = self._left_pad(list(slot))
-            pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
-            logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
-            which_B = torch.tensor(which)
-            if len(slot) < n_B:
-                cache.batch_select_indices(which_B.to(dev))
-                self.stats.shared_prefills += n_B - len(slot)
-            logits_B_V, mask_B_T = logits_U_V[which_B], mask_U_T[which_B]
-            len_B = mask_B_T.sum(-1)
-            rows = list(range(n_B))  # the requests still in the batch, in batch order
-            for step in range(max(r.max_tokens for r in requests)):
-                logp_B_V = torch.log_softmax(logits_B_V.float() / (self.temperature or 1.0), -1)
-                uniforms_B = torch.cat([torch.rand(1, generator=gens[b]) for b in rows])
-                # temperature 0 is greedy (`tracerl serve` for a judge; training refuses it)
-                next_B = logp_B_V.argmax(-1) if not self.temperature else draw(logp_B_V, uniforms_B)
+            enrol(served)
+            rows = list(range(len(served)))  # the requests still in the batch, in batch order
+            logits_B_V, cache, mask_B_T, pos_B = self._prefill(served, dev)
+            self.stats.max_batch = max(self.stats.max_batch, len(rows))
+            while rows:
+                next_B, lp_B = self._pick(logits_B_V, [gens[b] for b in rows])
+                # the step's one host sync: its tokens and their log-probs, together
+                picked = torch.stack([next_B.double(), lp_B.double()]).tolist()
+                keep = []
                 for i, b in enumerate(rows):
-                    tok = int(next_B[i])
+                    tok = int(picked[0][i])
                     tokens[b].append(tok)
-                    logprobs[b].append(float(logp_B_V[i, tok]))
-                    if tok in requests[b].stop_token_ids:
-                        finish[b], done[b] = "stop", True
-                    elif len(tokens[b]) >= requests[b].max_tokens:
-                        done[b] = True
-                if all(done):
-                    break
-                keep = [i for i, b in enumerate(rows) if not done[b]]
-                if len(keep) < len(rows):  # finished rows leave the batch (and the KV cache)
-                    index = torch.tensor(keep)
-                    cache.batch_select_indices(index.to(dev))
-                    rows = [rows[i] for i in keep]
-                    next_B, mask_B_T, len_B = next_B[index], mask_B_T[index], len_B[index]
-                mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
-                pos_B_1 = (len_B + step)[:, None]
-                logits_B_V, cache = self._forward(next_B[:, None], mask_B_T, pos_B_1, cache, dev)
-        return [
-            SampleResult(t, lp, f, version)
-            for t, lp, f in zip(tokens, logprobs, finish, strict=True)
-        ]
+                    logprobs[b].append(picked[1][i])
+                    stop = tok in served[b].stop_token_ids
+                    if stop or len(tokens[b]) >= served[b].max_tokens:
+                        out = SampleResult(
+                            tokens[b], logprobs[b], "stop" if stop else "length", version
+                        )
+                        results[b] = out
+                        if deliver is not None:  # its caller goes on now, not with the batch
+                            deliver(b, out)
+                    else:
+                        keep.append(i)
+                room = self.max_batch_size - len(keep)
+                joining = (
+                    admit(room)
+                    if admit is not None and room > 0 and not self._model_lock.waiting
+                    and (not keep or _mergeable(cache))
+                    else []
+                )  # fmt: skip
+                if keep:
+                    if len(keep) < len(rows):  # finished rows leave the batch and the cache
+                        index = torch.tensor(keep)
+                        cache.batch_select_indices(index.to(dev))
+                        rows = [rows[i] for i in keep]
+                        next_B, mask_B_T, pos_B = (
+                            next_B[index.to(dev)],
+                            mask_B_T[index],
+                            pos_B[index],
+                        )
+                    mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
+                    logits_B_V, cache = self._forward(
+                        next_B[:, None], mask_B_T, pos_B[:, None], cache, dev
+                    )
+                    pos_B = pos_B + 1
+                else:
+                    rows = []
+                if joining:
+                    first = len(served)
+                    served.extend(joining)
+                    enrol(joining)
+                    self.stats.admitted += len(joining)
+                    new = self._prefill(joining, dev)
+                    if rows:
+                        logits_B_V, cache, mask_B_T, pos_B = _merge(
+                            (logits_B_V, cache, mask_B_T, pos_B), new
+                        )
+                    else:
+                        logits_B_V, cache, mask_B_T, pos_B = new
+                    rows += range(first, len(served))
+                    self.stats.max_batch = max(self.stats.max_batch, len(rows))
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    def _prefill(self, requests: Sequence[SampleRequest], dev: Any) -> tuple[Any, Any, Any, Any]:
+        """One forward over `requests`' prompts, left-padded: each row's next-token logits
+        (on `dev`), the KV cache, the attention mask and each row's next position (its
+        prompt's length). Identical prompts (a GRPO group's members; their turns after
+        identical tool results) are prefilled once and their cache rows repeated."""
+        import torch
+
+        slot: dict[tuple[int, ...], int] = {}
+        which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
+        ids_U_T, mask_U_T = self._left_pad(list(slot))
+        pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
+        logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
+        which_B = torch.tensor(which)
+        if len(slot) < len(requests):
+            cache.batch_select_indices(which_B.to(dev))
+            self.stats.shared_prefills += len(requests) - len(slot)
+        mask_B_T = mask_U_T[which_B]
+        return logits_U_V[which_B.to(dev)], cache, mask_B_T, mask_B_T.sum(-1)
+
+    def _pick(self, logits_B_V: Any, gens: Sequence[Any]) -> tuple[Any, Any]:
+        """Each row's next token and its log-prob, computed where the logits are (the model's
+        device): ``log_softmax(logits / temperature)``, then the token drawn by `draw` from a
+        uniform of the row's own generator (drawn on the CPU, as always: a seeded request's
+        tokens are the same whatever the device and its batch-mates), or the argmax at
+        temperature 0 (greedy: `tracerl serve` for a judge, greedy evaluations)."""
+        import torch
+
+        logp_B_V = torch.log_softmax(logits_B_V.float() / (self.temperature or 1.0), -1)
+        if not self.temperature:
+            next_B = logp_B_V.argmax(-1)
+        else:
+            uniforms_B = torch.cat([torch.rand(1, generator=g) for g in gens])
+            next_B = draw(logp_B_V, uniforms_B.to(logp_B_V.device))
+        return next_B, logp_B_V.gather(1, next_B[:, None])[:, 0]
 
     def _left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, Any]:
         import torch
@@ -318,7 +484,7 @@ class BatchedHFSampler:
         self, ids_B_T: Any, mask_B_T: Any, pos_B_T: Any, cache: Any, dev: Any
     ) -> tuple[Any, Any]:
         """One forward pass on the model's device `dev`: the last position's logits per row
-        (on the CPU), and the grown KV cache."""
+        (fp32, left on `dev`: sampling happens there), and the grown KV cache."""
         from tracerl.models.placement import computing
 
         self.stats.forward_calls += 1
@@ -331,4 +497,48 @@ class BatchedHFSampler:
                 logits_to_keep=1,
                 **{self._cache_kw: cache},
             )
-        return res.logits[:, -1].float().cpu(), getattr(res, self._cache_kw)
+        return res.logits[:, -1].float(), getattr(res, self._cache_kw)
+
+
+def _settle(fut: asyncio.Future[SampleResult], out: SampleResult | Exception) -> None:
+    if fut.done():  # the caller gave up (cancelled)
+        return
+    if isinstance(out, Exception):
+        fut.set_exception(out)
+    else:
+        fut.set_result(out)
+
+
+def _mergeable(cache: Any) -> bool:
+    """Can rows join `cache` mid-batch? Its layers must be plain growing key/value tensors
+    (transformers' `DynamicLayer`: full attention); a sliding-window or quantized cache
+    keeps static batching."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _merge(running: tuple[Any, Any, Any, Any], joining: tuple[Any, Any, Any, Any]) -> tuple:
+    """The running batch and the rows joining it as one batch: both left-padded to the longer
+    one's length (padding keys and values are zeros, masked out; each row keeps its own
+    positions, so its tokens see exactly what they saw before), then stacked."""
+    import torch
+
+    logits_a, cache_a, mask_a, pos_a = running
+    logits_b, cache_b, mask_b, pos_b = joining
+    width = max(mask_a.shape[1], mask_b.shape[1])
+
+    def left(x: Any, dim: int) -> Any:
+        missing = width - x.shape[dim]
+        if missing == 0:
+            return x
+        shape = list(x.shape)
+        shape[dim] = missing
+        return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+    for a, b in zip(cache_a.layers, cache_b.layers, strict=True):
+        a.keys = torch.cat([left(a.keys, -2), left(b.keys, -2)], dim=0)
+        a.values = torch.cat([left(a.values, -2), left(b.values, -2)], dim=0)
+    mask = torch.cat([left(mask_a, 1), left(mask_b, 1)], dim=0)
+    return torch.cat([logits_a, logits_b]), cache_a, mask, torch.cat([pos_a, pos_b])

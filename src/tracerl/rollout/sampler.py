@@ -163,15 +163,19 @@ class HFSampler:
                         **kv,
                     )
                 past = getattr(res, self._cache_kw)
-                logits_V = res.logits[0, -1].float().cpu()  # sampling stays on the CPU
+                # sampled where the logits are (the model's device); the uniform comes from
+                # the CPU generator, so a seeded turn's tokens do not depend on the device
+                logits_V = res.logits[0, -1].float()
                 logp_V = torch.log_softmax(logits_V / self.temperature, dim=-1)
-                tok = int(draw(logp_V[None], torch.rand(1, generator=gen))[0])
+                tok_1 = draw(logp_V[None], torch.rand(1, generator=gen).to(logp_V.device))
+                pair = torch.stack([tok_1[0].double(), logp_V[tok_1[0]].double()]).tolist()
+                tok = int(pair[0])  # the step's one host sync: the token and its log-prob
                 out.append(tok)
-                logprobs.append(float(logp_V[tok]))
+                logprobs.append(pair[1])
                 if tok in stops:
                     finish = "stop"
                     break
-                x = torch.tensor([[tok]], dtype=torch.long)
+                x = tok_1[None]
         return SampleResult(out, logprobs, finish, self.policy_version)
 
 

@@ -87,12 +87,15 @@ def grpo_step(
     on_episode: Callable[[Episode], None] | None = None,
     backend: RolloutBackend | None = None,
     refill: Refill | None = None,
+    before_update: Callable[[], None] | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One step. `writer` appends each finished episode to the run directory; `done` holds
     this step's episodes already on disk (after a crash), which are reused, not re-run.
     With ``cfg.dynamic_sampling``, `refill` draws replacement tasks for groups without
-    signal (`tracerl.train.dynamic_sampling`). Returns the metrics and every episode the
-    step sampled."""
+    signal (`tracerl.train.dynamic_sampling`). `before_update` is called once the
+    rollouts are in, before the update (the engine's `pause`: a vLLM server in sleep mode
+    gives the learner its GPU memory). Returns the metrics and every episode the step
+    sampled."""
 
     async def run_round(round_tasks: list[dict[str, Any]], first: int) -> list[list[Episode]]:
         return await run_groups(
@@ -121,6 +124,8 @@ def grpo_step(
         )
     )
     marked = marked_by_update(sampled.train)
+    if before_update is not None:
+        before_update()
     metrics = update_on_groups(
         sampled.train, learner, cfg, sampled=sampled.drawn, signal=sampled.signal
     )

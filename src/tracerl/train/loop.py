@@ -10,8 +10,9 @@
            reward, eligibility, advantages (with dynamic sampling: replacement groups for
            those without signal, `tracerl.train.dynamic_sampling`), update
         -> one line in metrics.jsonl; a checkpoint every N steps
-        -> the engine (`tracerl.engines`: the trainer's own model, or a vLLM server) given
-           the new weights before the next rollouts
+        -> the engine (`tracerl.engines`: the trainer's own model, or a vLLM server, asleep
+           during the update with model.vllm.sleep_mode) given the new weights before the
+           next rollouts
         -> evaluation every N steps
     final evaluation
 
@@ -283,6 +284,7 @@ def _train(
                 on_episode=bars.advance,
                 backend=backend,
                 refill=run.refill(step),
+                before_update=engine.pause,  # a vLLM server in sleep mode sleeps meanwhile
             )
             if not record(step, m, episodes, t0):
                 return final
