@@ -258,3 +258,15 @@ def test_a_turn_that_arrives_mid_batch_joins_it_and_draws_its_own_tokens(bundle)
     for got, ref in zip([long, short, late], alone, strict=True):
         assert got.token_ids == ref.token_ids
         assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(ref.logprobs), atol=1e-4)
+
+
+def test_static_batching_is_still_there_to_compare_with(bundle):
+    """`continuous = False`: waiting requests wait for the running batch to drain."""
+    sampler = BatchedHFSampler(bundle.model, max_batch_size=2)
+    sampler.continuous = False
+    requests = [SampleRequest(p, max_tokens=2, seed=i) for i, p in enumerate(_prompts(bundle, 5))]
+    results = asyncio.run(_gather(sampler, requests))
+    assert [r.token_ids for r in results] == [
+        r.token_ids for r in BatchedHFSampler(bundle.model).generate_batch(requests)
+    ]
+    assert sampler.stats.batches == 3 and sampler.stats.admitted == 0

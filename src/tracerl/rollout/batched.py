@@ -119,6 +119,9 @@ class BatchedHFSampler:
     """Ancestral sampling from a causal LM, batching the requests that wait together."""
 
     gather_ticks = 4  # event-loop ticks to wait so requests issued together share a batch
+    continuous = True
+    """Turns that arrive while a batch decodes join it (continuous batching); False: they
+    wait for the next batch (static batching: `benchmarks/continuous_batching.py` compares)."""
     gather_s = 0.0
     """Seconds to wait for more requests after one arrives (see `_gather_stragglers`); 0:
     only `gather_ticks` (requests of in-process episodes arrive in the same ticks)."""
@@ -168,6 +171,7 @@ class BatchedHFSampler:
         )
         other._model_lock = self._model_lock
         other.gather_s = self.gather_s
+        other.continuous = self.continuous
         return other
 
     def prompt_logprobs(
@@ -268,7 +272,10 @@ class BatchedHFSampler:
 
         try:
             await asyncio.to_thread(
-                self._generate_isolated, [req for req, _ in batch], admit, deliver
+                self._generate_isolated,
+                [req for req, _ in batch],
+                admit if self.continuous else None,
+                deliver,
             )
         except asyncio.CancelledError:
             for fut in futures:
