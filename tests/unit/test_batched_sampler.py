@@ -270,3 +270,23 @@ def test_static_batching_is_still_there_to_compare_with(bundle):
         r.token_ids for r in BatchedHFSampler(bundle.model).generate_batch(requests)
     ]
     assert sampler.stats.batches == 3 and sampler.stats.admitted == 0
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "plain"])
+def test_under_bf16_mixed_a_turn_casts_the_weights_once(batched, monkeypatch):
+    """fp32 master weights under autocast: one autocast region spans a whole turn (a
+    batch), so each weight is cast to bf16 once and reused by every decode step; autocast
+    drops its cast cache only when that region ends."""
+    from tracerl.models.placement import place, resolve
+
+    model = place(load("tiny-random").model, resolve("cpu", "auto", "bf16-mixed"))
+    dropped = []
+    clear = torch.clear_autocast_cache
+    monkeypatch.setattr(torch, "clear_autocast_cache", lambda: (dropped.append(1), clear()))
+    request = SampleRequest((1, 42, 7, 99, 5), 8, frozenset(), seed=3)
+    if batched:
+        (out,) = BatchedHFSampler(model, seed=0).generate_batch([request])
+    else:
+        out = asyncio.run(HFSampler(model, seed=0).sample(request))
+    assert len(out.token_ids) == 8
+    assert len(dropped) == 1  # one region for 8 decode steps (it was one per forward)

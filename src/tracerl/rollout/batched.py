@@ -354,7 +354,7 @@ class BatchedHFSampler:
         order the requests were served."""
         import torch
 
-        from tracerl.models.placement import device_of
+        from tracerl.models.placement import computing, device_of
 
         dev = device_of(self.model)  # where every step's logits, draws and log-probs live
         served = list(requests)
@@ -373,7 +373,9 @@ class BatchedHFSampler:
                 results.append(None)
             self.stats.requests += len(new)
 
-        with self._model_lock, torch.no_grad():
+        # one autocast region for the whole batch (under bf16-mixed): fp32 weights are cast
+        # to bf16 once and the cast reused by every decode step, not cast again per token
+        with self._model_lock, torch.no_grad(), computing(self.model):
             # read under the lock the learner's step takes: the version of these weights
             version = self.policy_version if policy_version is None else policy_version
             self.stats.batches += 1

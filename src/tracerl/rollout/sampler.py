@@ -150,7 +150,7 @@ class HFSampler:
         out: list[int] = []
         logprobs: list[float] = []
         finish = "length"
-        with torch.no_grad():
+        with torch.no_grad(), computing(self.model):  # weights cast once, not per token
             x = torch.tensor([list(prompt_ids)], dtype=torch.long)
             past = None
             for _ in range(max_tokens):
