@@ -145,11 +145,15 @@ def export(
         int | None, typer.Option(help="the checkpoint after this step (default: the newest)")
     ] = None,
 ) -> None:
-    """Export a run's trained policy as a Hugging Face folder: weights (LoRA merged),
-    tokenizer and chat template.
+    """Export a run's trained policy as a Hugging Face folder that serves as it trained.
+
+    Weights (LoRA merged), tokenizer, a chat template rendering `tools=` as the run's
+    prompts did, generation_config.json (stop tokens, sampling), a model card (README.md)
+    and, for SmolLM2's call format, a vLLM tool-parser plugin.
 
     `model.spec: hf:OUT`, vLLM and transformers load it; tracerl_export.json says which
-    run, step and policy version it is. An existing folder is never overwritten."""
+    run, step, policy version and tool-call parser it is. An existing folder is never
+    overwritten."""
     from tracerl.train.export import export_run
 
     run = run_folder(run)
@@ -158,7 +162,7 @@ def export(
         f"exported {run} after step {receipt['step']} (policy version "
         f"{receipt['policy_version']}, base {receipt['base_model']}"
         f"{', LoRA merged' if receipt['lora_merged'] else ''}) to {out}; "
-        f"load it as hf:{out}",
+        f"load it as hf:{out}; how to serve it with its tools: {out / 'README.md'}",
         markup=False,
         highlight=False,
         soft_wrap=True,
