@@ -185,3 +185,48 @@ def test_a_compiled_learner_computes_the_same_update(tiny):
     eager, compiled = update(False), update(True)
     assert abs(eager["train/loss"] - compiled["train/loss"]) < 1e-5
     assert abs(eager["train/grad_norm"] / compiled["train/grad_norm"] - 1) < 1e-3
+
+
+def test_an_update_that_runs_out_of_memory_halves_its_micro_batches_and_is_the_same(
+    tiny, model, monkeypatch
+):
+    """Device memory for a micro-batch of more than a budget's tokens is out (simulated on
+    the CPU: torch's OutOfMemoryError past it): the update halves its micro-batches until
+    they fit and makes the update one sized to fit from the start makes; later updates keep
+    the smaller size. Past the optimizer's step, or at one row per micro-batch, it says what
+    to set instead."""
+    trajs = [e.trajectories[0] for e in _episodes(tiny, model, n=4)]
+    advs = [1.0, -0.5, 0.25, -1.0]
+    widest = max(len(t.token_ids) for t in trajs)
+    fits = 2 * widest  # two rows fit, four do not
+
+    def tight(learner):
+        forward = learner._logprobs
+
+        def guarded(batch, **kw):
+            if batch.input_ids_B_T.numel() > fits:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return forward(batch, **kw)
+
+        learner._logprobs = guarded
+        return learner
+
+    cramped = copy.deepcopy(model)
+    learner = tight(Learner(cramped, LearnerConfig(lr=1e-3, micro_batch_tokens=8 * widest)))
+    got = learner.update(trajs, advs)
+    size = got["train/micro_batch_tokens"]
+    assert learner.shrunk >= 1 and size == 8 * widest // 2**learner.shrunk
+    assert got["train/micro_batches"] > 1
+    roomy = copy.deepcopy(model)  # sized to fit from the start
+    want = Learner(roomy, LearnerConfig(lr=1e-3, micro_batch_tokens=int(size))).update(trajs, advs)
+    assert got["train/micro_batches"] == want["train/micro_batches"]
+    for (n, a), b in zip(roomy.named_parameters(), cramped.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), n
+    shrunk = learner.shrunk
+    learner.update(trajs, advs)  # the next update starts at the size that fit
+    assert learner.shrunk == shrunk
+
+    one_row = tight(Learner(copy.deepcopy(model), LearnerConfig(micro_batch_tokens=widest)))
+    fits = widest // 2  # not even one row fits
+    with pytest.raises(torch.OutOfMemoryError, match="trainer.micro_batch_tokens"):
+        one_row.update(trajs, advs)

@@ -109,8 +109,11 @@ class TrainerConfig(_Config):
     micro_batch_tokens: int = Field(4096, ge=16)
     """Padded tokens per micro-batch (a longer sequence gets one of its own). Gradients are
     accumulated over a step's micro-batches, so this trades memory for speed without
-    changing the update. The warm start uses it too (there, one optimizer step per
-    micro-batch)."""
+    changing the update. An RL update that runs out of device memory before its optimizer
+    step halves it and redoes the update (the same update; ``train/micro_batch_tokens``
+    shows the size in use, kept for later steps); with several learner ranks, or at one row
+    per micro-batch, it stops and says what to set. The warm start uses it too (there, one
+    optimizer step per micro-batch)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradients are clipped to this global L2 norm before each optimizer step
     (``train/grad_norm`` logs the norm before clipping)."""

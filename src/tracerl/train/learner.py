@@ -131,6 +131,10 @@ class Learner:
         if self.cfg.compile:
             self._body = torch.compile(model.get_decoder(), dynamic=True)
         self.updates = 0
+        self.shrunk = 0
+        """Times an update ran out of device memory and halved its micro-batches."""
+        self._stepped = False
+        self._longest_row = 1
         self.weights_lock: Any = contextlib.nullcontext()
         self.progress: Any = None
         """A `tracerl.report.progress` object: an update shows its micro-batches on it."""
@@ -220,7 +224,52 @@ class Learner:
         weights: Sequence[float] | None = None,
     ) -> dict[str, float]:
         """`update` on this rank alone (the other ranks make the same call)."""
+        while True:
+            try:
+                return self._apply_update(trajectories, advantages, lr_scale, weights)
+            except torch.OutOfMemoryError as e:
+                self._shrink_after(e)
+            # the failed attempt's tensors are gone with its traceback: return their memory
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def _shrink_after(self, error: BaseException) -> None:
+        """An update ran out of device memory before the optimizer changed anything: halve
+        the micro-batches (the gradient, accumulated over them, is the same update) and let
+        the caller redo it; every later update keeps the smaller size. Raised again when it
+        cannot help: the optimizer had stepped, several ranks share the update (they would
+        fall out of step), or a micro-batch is already its longest row alone."""
         c = self.cfg
+        self.optimizer.zero_grad(set_to_none=True)
+        smallest = self._longest_row
+        if self._stepped or self.strategy.ranks.world_size > 1 or c.micro_batch_tokens <= smallest:
+            why = (
+                "after the optimizer stepped"
+                if self._stepped
+                else "across learner ranks"
+                if self.strategy.ranks.world_size > 1
+                else f"with micro-batches already at a single row ({smallest} tokens)"
+            )
+            raise torch.OutOfMemoryError(
+                f"the learner ran out of device memory {why}; set a smaller "
+                f"trainer.micro_batch_tokens (now {c.micro_batch_tokens}), turn on "
+                "trainer.gradient_checkpointing, or give the learner more memory: {error}"
+            ) from error
+        self.cfg = dataclasses.replace(
+            c, micro_batch_tokens=max(smallest, c.micro_batch_tokens // 2)
+        )
+        self.shrunk += 1
+
+    def _apply_update(
+        self,
+        trajectories: Sequence[Trajectory],
+        advantages: Sequence[float],
+        lr_scale: float,
+        weights: Sequence[float] | None,
+    ) -> dict[str, float]:
+        c = self.cfg
+        self._stepped = False
+        self._longest_row = max((len(t.token_ids) for t in trajectories), default=1)
         share = c.share_prefix and self.strategy.shares_prefix
         share = share and not (c.gradient_checkpointing or c.compile)
         make_batches = shared_prefix_batches if share else bucketed_batches
@@ -259,6 +308,8 @@ class Learner:
                 "train/grad_norm": grad_norm,
                 "train/policy_tokens": total,
                 "train/micro_batches": float(n_batches),
+                # the size every micro-batch was cut to (halved after running out of memory)
+                "train/micro_batch_tokens": float(c.micro_batch_tokens),
             }
         )
         return out
@@ -318,6 +369,7 @@ class Learner:
     def _step(self, last: bool) -> None:
         """The optimizer step; after the last epoch's, the sampler's weights are the new
         ones (`after_update` runs under the same lock)."""
+        self._stepped = True  # from here, redoing the update would apply it twice
         if not self.strategy.shards_weights:  # the optimizer writes the sampler's weights
             with self.weights_lock:
                 self.optimizer.step()
