@@ -228,5 +228,5 @@ def test_an_update_that_runs_out_of_memory_halves_its_micro_batches_and_is_the_s
 
     one_row = tight(Learner(copy.deepcopy(model), LearnerConfig(micro_batch_tokens=widest)))
     fits = widest // 2  # not even one row fits
-    with pytest.raises(torch.OutOfMemoryError, match="trainer.micro_batch_tokens"):
+    with pytest.raises(torch.OutOfMemoryError, match=r"trainer\.micro_batch_tokens"):
         one_row.update(trajs, advs)
