@@ -24,13 +24,13 @@ import random
 import time
 from typing import Any
 
-from tracerl.envs import Action, ToolEnv, tool
+from gpu_step import ScriptedCallParser  # every turn but the last read as a lookup call
+from tracerl.envs import ToolEnv, tool
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler
 from tracerl.rollout.budget import Budgets, RolloutConfig
 from tracerl.rollout.episode import Policy
 from tracerl.rollout.groups import run_groups
-from tracerl.types import ToolCall
 
 DELAYS: dict[tuple[str, int], float] = {}
 
@@ -58,30 +58,6 @@ class UnevenLookup(ToolEnv):
         return [{"id": f"lookup-{i}", "key": f"k{i}", "answers": ["42"]} for i in range(n)]
 
 
-class CallingParser:
-    """Every turn before the last is read as a call of ``lookup``; the last as the answer."""
-
-    name = "scripted-calls"
-
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def parse(self, text: str, *, step: int) -> Action:
-        if step < self.calls:
-            call = ToolCall(f"call_{step}_0", "lookup", {"key": "k"})
-            return Action(text=text, tool_calls=(call,))
-        return Action(text=text, answer=text)
-
-    def format_calls(self, calls: Any) -> str:
-        return ""
-
-    def format_answer(self, answer: str) -> str:
-        return answer
-
-    def strip_calls(self, text: str) -> str:
-        return text
-
-
 class Timed:
     """The sampler, with each request's wait (request to answer) recorded."""
 
@@ -103,7 +79,7 @@ def play(bundle: Any, a: argparse.Namespace, continuous: bool) -> dict[str, floa
     sampler.continuous = continuous
     timed = Timed(sampler)
     calls = a.turns - 1
-    policy = Policy(timed, bundle.renderer, CallingParser(calls), bundle.model_id)
+    policy = Policy(timed, bundle.renderer, ScriptedCallParser(calls), bundle.model_id)
     cfg = RolloutConfig(
         budgets=Budgets(steps=a.turns, tool_calls=calls, sampled_tokens=None),
         reserve=None,

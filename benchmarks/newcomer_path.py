@@ -83,6 +83,12 @@ def evaluate(project: Path, extra: list[str]) -> dict[str, float]:
     return row
 
 
+def importable(project: Path) -> None:
+    """The init'ed package (`unitconv`) imports, as it does from the project's folder."""
+    if str(project) not in sys.path:
+        sys.path.insert(0, str(project))
+
+
 def held_out(project: Path, extra: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The tasks `tracerl eval` played (its config's eval split, count and seed), and its
     episodes by task id."""
@@ -92,7 +98,7 @@ def held_out(project: Path, extra: list[str]) -> tuple[list[dict[str, Any]], dic
 
     cfg = yaml.safe_load((project / "runs" / "eval-greedy" / "config.yaml").read_text())
     env = cfg["env"]
-    sys.path.insert(0, str(project))
+    importable(project)
     from tracerl.envs import make
 
     tasks = make(env["name"]).sample_tasks(
@@ -119,7 +125,7 @@ def compare(project: Path, played: list[Any], ran: dict[str, Any], tokenizer: An
     episodes whose every turn had the run's prompt ids / wrote the run's calls and text."""
     from tracerl.envs.parsers import get_parser
 
-    sys.path.insert(0, str(project))
+    importable(project)
     rewards = importlib.import_module(f"{NAME}.rewards")
     serve = sys.modules["serve_export"]
     meta = json.loads((project / "my-policy" / "tracerl_export.json").read_text())
@@ -168,15 +174,15 @@ def compare(project: Path, played: list[Any], ran: dict[str, Any], tokenizer: An
     }
 
 
-def serve_transformers(project: Path, tasks: list, ran: dict) -> dict:
-    serve = serving()
-    chat = serve.TransformersChat(project / "my-policy")
-    rollout = ran["config"]["rollout"]
-    reserve = rollout.get("reserve") or {}
-    sys.path.insert(0, str(project))
+def play(project: Path, tasks: list, ran: dict, chat: Any, tokenizer: Any, **kw: Any) -> dict:
+    """The held-out `tasks` played through `chat` as the run's episodes went (its budgets
+    and reserve: the model card's protocol), compared with the run's own (`compare`)."""
     from tracerl.envs import make
 
-    played = serve.play_all(
+    rollout = ran["config"]["rollout"]
+    reserve = rollout.get("reserve") or {}
+    importable(project)
+    played = sys.modules["serve_export"].play_all(
         lambda: make(ran["config"]["env"]["name"]),
         tasks,
         chat,
@@ -184,8 +190,14 @@ def serve_transformers(project: Path, tasks: list, ran: dict) -> dict:
         tool_calls=rollout["budgets"].get("tool_calls"),
         finalize_at=reserve.get("min_steps_for_finalize"),
         instruction=reserve.get("instruction"),
+        **kw,
     )
-    return compare(project, played, ran, chat.tokenizer)
+    return compare(project, played, ran, tokenizer)
+
+
+def serve_transformers(project: Path, tasks: list, ran: dict) -> dict:
+    chat = serving().TransformersChat(project / "my-policy")
+    return play(project, tasks, ran, chat, chat.tokenizer)
 
 
 def serve_vllm(project: Path, tasks: list, ran: dict, log: Path) -> dict:
@@ -194,13 +206,10 @@ def serve_vllm(project: Path, tasks: list, ran: dict, log: Path) -> dict:
     from transformers import AutoTokenizer
 
     from tracerl.engines.vllm import ServerSettings, VLLMServer, find_vllm_python
-    from tracerl.envs import make
 
     serve = serving()
     folder = project / "my-policy"
     meta = json.loads((folder / "tracerl_export.json").read_text())
-    rollout = ran["config"]["rollout"]
-    reserve = rollout.get("reserve") or {}
     plugin = ["--tool-parser-plugin", str(folder / meta["vllm_tool_parser_plugin"])]
     settings = ServerSettings(
         python=find_vllm_python(),
@@ -219,21 +228,12 @@ def serve_vllm(project: Path, tasks: list, ran: dict, log: Path) -> dict:
     server = VLLMServer(folder, "my-policy", settings, log)
     url = server.start()
     try:
-        chat = serve.ServerChat(f"{url}/v1", "my-policy", max_tokens=rollout["max_turn_tokens"])
-        sys.path.insert(0, str(project))
-        played = serve.play_all(
-            lambda: make(ran["config"]["env"]["name"]),
-            tasks,
-            chat,
-            steps=rollout["budgets"]["steps"],
-            tool_calls=rollout["budgets"].get("tool_calls"),
-            finalize_at=reserve.get("min_steps_for_finalize"),
-            instruction=reserve.get("instruction"),
-            assistant_calls=True,
-        )
+        turn = ran["config"]["rollout"]["max_turn_tokens"]
+        chat = serve.ServerChat(f"{url}/v1", "my-policy", max_tokens=turn)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        return play(project, tasks, ran, chat, tokenizer, assistant_calls=True)
     finally:
         server.stop()
-    return compare(project, played, ran, AutoTokenizer.from_pretrained(folder))
 
 
 def main() -> None:

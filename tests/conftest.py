@@ -134,6 +134,21 @@ def trl_template(name: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The Python that runs vLLM (`.venv-vllm`, made by `make vllm`). Without one the test
+    is skipped, or fails where ``TRACERL_REQUIRE_VLLM`` says vLLM must be there
+    (`make test`)."""
+    from tracerl.engines.vllm import EngineError, find_vllm_python
+
+    try:
+        return find_vllm_python()
+    except EngineError as e:
+        if os.environ.get("TRACERL_REQUIRE_VLLM"):
+            pytest.fail(f"vLLM is required here (make test installs it): {e}")
+        pytest.skip(f"vLLM is not installed: {e}")
+
+
+@pytest.fixture(scope="session")
 def base_tokenizer():
     return smollm2_tokenizer()
 

@@ -6,13 +6,12 @@ the request's temperature, which a plain served teacher is refused for)."""
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
 
 from tests.sampled import sampled_trajectories
-from tracerl.engines.vllm import EngineError, ServerSettings, VLLMServer, find_vllm_python
+from tracerl.engines.vllm import ServerSettings, VLLMServer
 from tracerl.errors import UserError
 from tracerl.models import load
 from tracerl.models.loading import load_tiny_random_hd64
@@ -24,17 +23,7 @@ pytestmark = pytest.mark.slow
 T = 0.7
 
 
-@pytest.fixture(scope="module")
-def python():
-    try:
-        return find_vllm_python()
-    except EngineError as e:
-        if os.environ.get("TRACERL_REQUIRE_VLLM"):
-            pytest.fail(f"vLLM is required here (make test installs it): {e}")
-        pytest.skip(f"vLLM is not installed: {e}")
-
-
-def test_a_vllm_teacher_gives_the_in_process_teachers_logprobs(python, tmp_path):
+def test_a_vllm_teacher_gives_the_in_process_teachers_logprobs(vllm_python, tmp_path):
     bundle = load("tiny-random-hd64")
     rows = sampled_trajectories(bundle, T, seed=5)
     teacher_model = load_tiny_random_hd64(seed=1).model  # a teacher unlike the student,
@@ -42,7 +31,7 @@ def test_a_vllm_teacher_gives_the_in_process_teachers_logprobs(python, tmp_path)
         teacher_model.get_output_embeddings().weight.mul_(3.0)
     folder = folded_teacher_folder(teacher_model, bundle.tokenizer, tmp_path / "teacher", T)
     settings = ServerSettings(
-        python=python,
+        python=vllm_python,
         kv_cache_gb=0.25,
         max_model_len=1024,
         executor="uni",

@@ -11,7 +11,6 @@ not render tools: the renderer writes them) on the search environment's tools.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -129,18 +128,6 @@ def test_the_folder_says_how_the_run_sampled_and_what_it_was(exported):
 
 
 # ---- vLLM ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def vllm_python():
-    from tracerl.engines.vllm import EngineError, find_vllm_python
-
-    try:
-        return find_vllm_python()
-    except EngineError as e:
-        if os.environ.get("TRACERL_REQUIRE_VLLM"):
-            pytest.fail(f"vLLM is required here (make test installs it): {e}")
-        pytest.skip(f"vLLM is not installed: {e}")
 
 
 PLUGIN_CHECK = """

@@ -9,7 +9,6 @@ served success equals the eval's. `benchmarks/newcomer_path.py` is this path on 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -60,15 +59,7 @@ def test_the_export_served_by_transformers_plays_the_runs_held_out_episodes(path
 
 
 @pytest.mark.slow
-def test_the_export_served_by_vllm_sees_the_runs_prompts(path, tmp_path):
-    from tracerl.engines.vllm import EngineError, find_vllm_python
-
-    try:
-        find_vllm_python()
-    except EngineError as e:
-        if os.environ.get("TRACERL_REQUIRE_VLLM"):
-            pytest.fail(f"vLLM is required here (make test installs it): {e}")
-        pytest.skip(f"vLLM is not installed: {e}")
+def test_the_export_served_by_vllm_sees_the_runs_prompts(path, tmp_path, vllm_python):
     nc, project, row, tasks, ran = path
     result = nc.serve_vllm(project, tasks, ran, tmp_path / "vllm.log")
     _check(result, row, ran["config"]["env"]["eval_split"], len(tasks), gap=1e-2)

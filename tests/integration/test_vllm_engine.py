@@ -28,7 +28,7 @@ from tracerl.config import RunConfig
 from tracerl.config.loading import load_config
 from tracerl.engines import open_engine
 from tracerl.engines.guard import group_alive
-from tracerl.engines.vllm import EngineError, find_vllm_python
+from tracerl.engines.vllm import EngineError
 from tracerl.envs import get_parser
 from tracerl.models import load
 from tracerl.rollout.budget import Budgets, RolloutConfig
@@ -65,13 +65,8 @@ TINY_RUN = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def vllm_installed():
-    try:
-        find_vllm_python()
-    except EngineError as e:
-        if os.environ.get("TRACERL_REQUIRE_VLLM"):
-            pytest.fail(f"vLLM is required here (make test installs it): {e}")
-        pytest.skip(f"vLLM is not installed: {e}")
+def vllm_installed(vllm_python):
+    return vllm_python  # every test here needs vLLM (tests/conftest.py: skip or fail)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -383,6 +383,8 @@ class BatchedHFSampler:
             rows = list(range(len(served)))  # the requests still in the batch, in batch order
             logits_B_V, cache, mask_B_T, pos_B = self._prefill(served, dev)
             self.stats.max_batch = max(self.stats.max_batch, len(rows))
+            # can rows join this model's cache mid-batch? (its kind never changes)
+            joinable = admit is not None and _mergeable(cache)
             while rows:
                 next_B, lp_B = self._pick(logits_B_V, [gens[b] for b in rows])
                 # the step's one host sync: its tokens and their log-probs, together
@@ -406,19 +408,15 @@ class BatchedHFSampler:
                 joining = (
                     admit(room)
                     if admit is not None and room > 0 and not self._model_lock.waiting
-                    and (not keep or _mergeable(cache))
+                    and (not keep or joinable)
                     else []
                 )  # fmt: skip
                 if keep:
                     if len(keep) < len(rows):  # finished rows leave the batch and the cache
-                        index = torch.tensor(keep)
-                        cache.batch_select_indices(index.to(dev))
+                        index = torch.tensor(keep, device=dev)
+                        cache.batch_select_indices(index)
                         rows = [rows[i] for i in keep]
-                        next_B, mask_B_T, pos_B = (
-                            next_B[index.to(dev)],
-                            mask_B_T[index],
-                            pos_B[index],
-                        )
+                        next_B, mask_B_T, pos_B = next_B[index], mask_B_T[index], pos_B[index]
                     mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
                     logits_B_V, cache = self._forward(
                         next_B[:, None], mask_B_T, pos_B[:, None], cache, dev
@@ -444,23 +442,25 @@ class BatchedHFSampler:
         return results  # type: ignore[return-value]
 
     def _prefill(self, requests: Sequence[SampleRequest], dev: Any) -> tuple[Any, Any, Any, Any]:
-        """One forward over `requests`' prompts, left-padded: each row's next-token logits
-        (on `dev`), the KV cache, the attention mask and each row's next position (its
-        prompt's length). Identical prompts (a GRPO group's members; their turns after
-        identical tool results) are prefilled once and their cache rows repeated."""
+        """One forward over `requests`' prompts, left-padded: each row's next-token logits,
+        the KV cache, the attention mask and each row's next position (its prompt's length),
+        all on `dev` (a decode step then copies nothing to the device but its own token).
+        Identical prompts (a GRPO group's members; their turns after identical tool results)
+        are prefilled once and their cache rows repeated."""
         import torch
 
         slot: dict[tuple[int, ...], int] = {}
         which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
         ids_U_T, mask_U_T = self._left_pad(list(slot))
+        mask_U_T = mask_U_T.to(dev)
         pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
         logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
-        which_B = torch.tensor(which)
+        which_B = torch.tensor(which, device=dev)
         if len(slot) < len(requests):
-            cache.batch_select_indices(which_B.to(dev))
+            cache.batch_select_indices(which_B)
             self.stats.shared_prefills += len(requests) - len(slot)
         mask_B_T = mask_U_T[which_B]
-        return logits_U_V[which_B.to(dev)], cache, mask_B_T, mask_B_T.sum(-1)
+        return logits_U_V[which_B], cache, mask_B_T, mask_B_T.sum(-1)
 
     def _pick(self, logits_B_V: Any, gens: Sequence[Any]) -> tuple[Any, Any]:
         """Each row's next token and its log-prob, computed where the logits are (the model's

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.cache import save_folder_atomically
+from tracerl.envs.parsers import run_parser
 from tracerl.errors import UserError
 from tracerl.models.export_template import export_chat_template
 from tracerl.models.refs import EXPORT_FILE, parse_model_ref
@@ -71,7 +72,7 @@ def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
         "lora_merged": ref.lora is not None,
         "model_id": loaded.identity,
         "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
-        "parser": _run_parser(Path(run), ref.spec),
+        "parser": run_parser(ref.text),
     }
     renderer, tokenizer = loaded.bundle.renderer, loaded.bundle.tokenizer
     config_text, cfg = run_config(Path(run))
@@ -105,26 +106,6 @@ def export_run(run: Path, out: Path, step: int | None = None) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     save_folder_atomically(out, write)
     return receipt
-
-
-def _run_parser(run: Path, base_spec: str) -> str | None:
-    """The tool-call format the run trained its policy in: its config's ``env.parser``, else
-    its base model's default (None: neither names one). What evaluating or serving the
-    export parses with (`tracerl.envs.parsers.parser_for_model` reads it back)."""
-    import yaml
-
-    from tracerl.envs.parsers import NoParserError, parser_for_model
-
-    try:
-        env = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("env") or {}
-    except (OSError, yaml.YAMLError):
-        env = {}
-    if env.get("parser"):
-        return str(env["parser"])
-    try:
-        return parser_for_model(base_spec).name
-    except NoParserError:
-        return None
 
 
 def _version() -> str:

@@ -134,7 +134,6 @@ class Learner:
         self.shrunk = 0
         """Times an update ran out of device memory and halved its micro-batches."""
         self._stepped = False
-        self._longest_row = 1
         self.weights_lock: Any = contextlib.nullcontext()
         self.progress: Any = None
         """A `tracerl.report.progress` object: an update shows its micro-batches on it."""
@@ -228,12 +227,12 @@ class Learner:
             try:
                 return self._apply_update(trajectories, advantages, lr_scale, weights)
             except torch.OutOfMemoryError as e:
-                self._shrink_after(e)
+                self._shrink_after(e, trajectories)
             # the failed attempt's tensors are gone with its traceback: return their memory
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _shrink_after(self, error: BaseException) -> None:
+    def _shrink_after(self, error: BaseException, rows: Sequence[Trajectory]) -> None:
         """An update ran out of device memory before the optimizer changed anything: halve
         the micro-batches (the gradient, accumulated over them, is the same update) and let
         the caller redo it; every later update keeps the smaller size. Raised again when it
@@ -241,19 +240,19 @@ class Learner:
         fall out of step), or a micro-batch is already its longest row alone."""
         c = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        smallest = self._longest_row
-        if self._stepped or self.strategy.ranks.world_size > 1 or c.micro_batch_tokens <= smallest:
-            why = (
-                "after the optimizer stepped"
-                if self._stepped
-                else "across learner ranks"
-                if self.strategy.ranks.world_size > 1
-                else f"with micro-batches already at a single row ({smallest} tokens)"
-            )
+        smallest = max((len(t.token_ids) for t in rows), default=1)  # a row is not split
+        why = None
+        if self._stepped:
+            why = "after the optimizer stepped"
+        elif self.strategy.ranks.world_size > 1:
+            why = "across learner ranks"
+        elif c.micro_batch_tokens <= smallest:
+            why = f"with micro-batches already at a single row ({smallest} tokens)"
+        if why is not None:
             raise torch.OutOfMemoryError(
                 f"the learner ran out of device memory {why}; set a smaller "
                 f"trainer.micro_batch_tokens (now {c.micro_batch_tokens}), turn on "
-                "trainer.gradient_checkpointing, or give the learner more memory: {error}"
+                f"trainer.gradient_checkpointing, or give the learner more memory: {error}"
             ) from error
         self.cfg = dataclasses.replace(
             c, micro_batch_tokens=max(smallest, c.micro_batch_tokens // 2)
@@ -269,7 +268,6 @@ class Learner:
     ) -> dict[str, float]:
         c = self.cfg
         self._stepped = False
-        self._longest_row = max((len(t.token_ids) for t in trajectories), default=1)
         share = c.share_prefix and self.strategy.shares_prefix
         share = share and not (c.gradient_checkpointing or c.compile)
         make_batches = shared_prefix_batches if share else bucketed_batches
