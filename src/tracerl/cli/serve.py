@@ -23,6 +23,12 @@ def serve_command(
     enable_lora: Annotated[
         bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
     ] = False,
+    kv_cache: Annotated[
+        str, typer.Option(help="dynamic, or static: slots allocated once (model.kv_cache)")
+    ] = "dynamic",
+    compile: Annotated[
+        bool, typer.Option(help="torch.compile the decode step (needs --kv-cache static)")
+    ] = False,
 ) -> None:
     """Serve a model over the OpenAI-compatible completion subset (token ids in and out) and
     chat completions (text in and out, through the model's chat template)."""
@@ -31,6 +37,13 @@ def serve_command(
     from tracerl.models.placement import for_inference
     from tracerl.rollout.serve import serve_model
 
+    if kv_cache not in ("dynamic", "static") or (compile and kv_cache != "static"):
+        typer.echo(
+            f"error: --kv-cache is 'dynamic' or 'static' (got {kv_cache!r}), and --compile "
+            "needs --kv-cache static",
+            err=True,
+        )
+        raise typer.Exit(2)
     port_free(host, port)  # before the model loads
     try:
         bundle = load(model)
@@ -46,6 +59,8 @@ def serve_command(
         temperature=temperature,
         max_batch_size=max_batch_size,
         enable_lora=enable_lora,
+        kv_cache=kv_cache,
+        compile=compile,
         log=typer.echo,
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tracerl.config.base import _Config
 
@@ -102,6 +102,22 @@ class ModelConfig(_Config):
     """The dtype the model's forward computes in. auto: fp32 on CPU (bf16 matmul is several
     times slower there), bf16 on a GPU. The trained weights' own dtype is
     ``trainer.precision``'s (fp32 master weights under bf16-mixed, the GPU default)."""
+    kv_cache: Literal["dynamic", "static"] = "dynamic"
+    """How the in-process sampler (``engine: hf``) holds a batch's keys and values.
+    ``dynamic``: transformers' growing cache, only the running rows, each step's shapes
+    different. ``static``: transformers' ``StaticCache``, ``max_batch_size`` slots allocated
+    once (length: the batch's longest prompt + ``max_tokens``, rounded up to 256) and reused;
+    every step has the same shapes, a finished row's slot goes to the next turn that joins,
+    and a joining turn waits until the batch's write position has reached its prompt's
+    length. Both draw the same tokens for a seeded request (up to the floating-point noise
+    of batched kernels). A model with sliding-window layers keeps ``dynamic``, with a
+    warning."""
+    compile: bool = False
+    """``torch.compile`` the decode step of a ``static`` cache (transformers'
+    ``get_compiled_call``, ``mode="reduce-overhead"``: CUDA graphs on a GPU, one launch per
+    step). The first batch of each cache size pays the compilation (about 25 s for
+    tiny-random on 2 CPU cores); a step that fails to compile warns and decodes eagerly.
+    Needs ``kv_cache: static``. Unmeasured on a GPU (docs/gpu.md)."""
     lora: LoraConfig | None = None
     """LoRA adapters (needs `peft`); None trains every weight."""
     engine: Literal["hf", "vllm"] = "hf"
@@ -111,3 +127,12 @@ class ModelConfig(_Config):
     train, eval, readiness and the Ray backend."""
     vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig())
     """The vLLM server's options (``engine: vllm``)."""
+
+    @model_validator(mode="after")
+    def _compiled_needs_static(self) -> ModelConfig:
+        if self.compile and self.kv_cache != "static":
+            raise ValueError(
+                "model.compile: true needs model.kv_cache: static (a compiled decode step "
+                "needs shapes that never change); set model.kv_cache=static"
+            )
+        return self

@@ -48,14 +48,17 @@ not fail its batch-mates.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracerl.rollout.decode_batch import GrowingBatch, SlotBatch, StaticSlots, slot_length
 from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
 Pending = tuple[SampleRequest, "asyncio.Future[SampleResult]"]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -135,6 +138,8 @@ class BatchedHFSampler:
         policy_version: int = 0,
         max_batch_size: int = 16,
         pad_token_id: int | None = None,
+        kv_cache: str = "dynamic",
+        compile: bool = False,
     ) -> None:
         import torch
 
@@ -142,12 +147,30 @@ class BatchedHFSampler:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if kv_cache not in ("dynamic", "static"):
+            raise ValueError(f"kv_cache must be 'dynamic' or 'static', got {kv_cache!r}")
+        if compile and kv_cache != "static":
+            raise ValueError(
+                "compile=True needs kv_cache='static' (a compiled decode step needs shapes "
+                "that never change); set model.kv_cache: static"
+            )
+        if kv_cache == "static" and (why := StaticSlots.supported(model)):
+            log.warning(
+                "model.kv_cache: static is not possible for this model: %s; decoding from "
+                "a dynamic cache",
+                why,
+            )
+            kv_cache, compile = "dynamic", False
         self.model = model
         self.temperature = temperature
         self.policy_version = policy_version
         self.max_batch_size = max_batch_size
         self.pad_token_id = _default_pad(model) if pad_token_id is None else pad_token_id
         self.generator = torch.Generator().manual_seed(seed)
+        self.kv_cache = kv_cache
+        self.compile = compile
+        # static slots (their key/value memory), shared with `with_temperature`'s sampler
+        self._slot_store: dict[str, StaticSlots] = {}
         self.stats = BatchStats()
         self._cache_kw = _cache_keyword(model)
         self._model_lock = WeightsLock()
@@ -168,8 +191,11 @@ class BatchedHFSampler:
             policy_version=self.policy_version,
             max_batch_size=self.max_batch_size,
             pad_token_id=self.pad_token_id,
+            kv_cache=self.kv_cache,
+            compile=self.compile,
         )
         other._model_lock = self._model_lock
+        other._slot_store = self._slot_store  # the lock keeps their batches apart
         other.gather_s = self.gather_s
         other.continuous = self.continuous
         return other
@@ -262,8 +288,8 @@ class BatchedHFSampler:
         loop = asyncio.get_running_loop()
         futures = [fut for _, fut in batch]  # index i: the i-th request the batch served
 
-        def admit(room: int) -> list[SampleRequest]:
-            taken = self._take(room)
+        def admit(room: int, fits: Any = None) -> list[SampleRequest]:
+            taken = self._take(room, fits)
             futures.extend(fut for _, fut in taken)
             return [req for req, _ in taken]
 
@@ -285,14 +311,20 @@ class BatchedHFSampler:
             for fut in futures:
                 _settle(fut, exc)
 
-    def _take(self, n: int) -> list[Pending]:
-        """Up to `n` waiting requests whose callers still wait, oldest first."""
+    def _take(self, n: int, fits: Any = None) -> list[Pending]:
+        """Up to `n` waiting requests whose callers still wait, oldest first; with `fits`,
+        only those it accepts (the others keep their place in the queue)."""
         with self._pending_lock:
             taken: list[Pending] = []
-            while self._pending and len(taken) < n:
-                req, fut = self._pending.pop(0)
-                if not fut.done():
+            left: list[Pending] = []
+            for req, fut in self._pending:
+                if fut.done():
+                    continue
+                if len(taken) < n and (fits is None or fits(req)):
                     taken.append((req, fut))
+                else:
+                    left.append((req, fut))
+            self._pending = left
             return taken
 
     def _generate_isolated(
@@ -305,8 +337,8 @@ class BatchedHFSampler:
         if the batch fails, each request not yet answered alone, failures as exceptions."""
         served = list(requests)
 
-        def joined(room: int) -> list[SampleRequest]:
-            new = admit(room) if admit is not None else []
+        def joined(room: int, fits: Any = None) -> list[SampleRequest]:
+            new = admit(room, fits) if admit is not None else []
             served.extend(new)
             return new
 
@@ -346,7 +378,7 @@ class BatchedHFSampler:
         deliver: Any = None,
     ) -> list[SampleResult]:
         """Prefill `requests`, then decode one token per running row per step until every
-        row has stopped. After each step, `admit(room)` may hand over newly arrived
+        row has stopped. After each step, `admit(room, fits)` may hand over newly arrived
         requests: they are prefilled and join the running batch (continuous batching) while
         it has fewer than `max_batch_size` rows, nobody waits for the weights (an update
         waiting for the lock ends admission: the batch drains) and the cache can take them;
@@ -381,10 +413,9 @@ class BatchedHFSampler:
             self.stats.batches += 1
             enrol(served)
             rows = list(range(len(served)))  # the requests still in the batch, in batch order
-            logits_B_V, cache, mask_B_T, pos_B = self._prefill(served, dev)
+            batch = (SlotBatch if self.kv_cache == "static" else GrowingBatch)(self, dev)
+            logits_B_V = batch.start(served)
             self.stats.max_batch = max(self.stats.max_batch, len(rows))
-            # can rows join this model's cache mid-batch? (its kind never changes)
-            joinable = admit is not None and _mergeable(cache)
             while rows:
                 next_B, lp_B = self._pick(logits_B_V, [gens[b] for b in rows])
                 # the step's one host sync: its tokens and their log-probs, together
@@ -404,38 +435,25 @@ class BatchedHFSampler:
                             deliver(b, out)
                     else:
                         keep.append(i)
-                room = self.max_batch_size - len(keep)
-                joining = (
-                    admit(room)
-                    if admit is not None and room > 0 and not self._model_lock.waiting
-                    and (not keep or joinable)
-                    else []
-                )  # fmt: skip
                 if keep:
                     if len(keep) < len(rows):  # finished rows leave the batch and the cache
                         index = torch.tensor(keep, device=dev)
-                        cache.batch_select_indices(index)
+                        batch.keep(keep, index)
                         rows = [rows[i] for i in keep]
-                        next_B, mask_B_T, pos_B = next_B[index], mask_B_T[index], pos_B[index]
-                    mask_B_T = torch.cat([mask_B_T, mask_B_T.new_ones(len(rows), 1)], dim=-1)
-                    logits_B_V, cache = self._forward(
-                        next_B[:, None], mask_B_T, pos_B[:, None], cache, dev
-                    )
-                    pos_B = pos_B + 1
+                        next_B = next_B[index]
+                    logits_B_V = batch.step(next_B)
                 else:
                     rows = []
+                room = self.max_batch_size - len(rows)
+                if admit is None or room <= 0 or self._model_lock.waiting:
+                    continue  # an update waiting for the weights: the batch drains
+                joining = admit(room, batch.fits if rows else None)
                 if joining:
                     first = len(served)
                     served.extend(joining)
                     enrol(joining)
                     self.stats.admitted += len(joining)
-                    new = self._prefill(joining, dev)
-                    if rows:
-                        logits_B_V, cache, mask_B_T, pos_B = _merge(
-                            (logits_B_V, cache, mask_B_T, pos_B), new
-                        )
-                    else:
-                        logits_B_V, cache, mask_B_T, pos_B = new
+                    logits_B_V = batch.join(joining, logits_B_V) if rows else batch.start(joining)
                     rows += range(first, len(served))
                     self.stats.max_batch = max(self.stats.max_batch, len(rows))
         assert all(r is not None for r in results)
@@ -478,6 +496,70 @@ class BatchedHFSampler:
             next_B = draw(logp_B_V, uniforms_B.to(logp_B_V.device))
         return next_B, logp_B_V.gather(1, next_B[:, None])[:, 0]
 
+    def _static_slots(self, need: int, rows: int, dev: Any) -> StaticSlots:
+        """Static slots for a batch of `rows` rows that needs `need` positions: the ones
+        already allocated when they are large enough (their addresses, and so a captured
+        step, stay), else new ones (the old freed first)."""
+        batch = max(self.max_batch_size, rows)
+        slots = self._slot_store.get("slots")
+        if slots is None or slots.batch < batch or slots.length < need or slots.dev != dev:
+            self._slot_store.pop("slots", None)
+            length = slot_length(need)
+            slots = StaticSlots(self.model, batch, length, dev, self.pad_token_id)
+            self._slot_store["slots"] = slots
+        return slots
+
+    def _slot_forward(self, ids_S: Any, mask_S_L: Any, pos_S: Any, cache: Any, written: int) -> Any:
+        """A decode step over every static slot: each slot's logits (fp32, on the device).
+        With `compile`, the model's ``torch.compile``'d call (transformers'
+        ``get_compiled_call``: ``mode="reduce-overhead"``, CUDA graphs on a GPU); if
+        compiling fails, a warning, and this sampler decodes eagerly from then on."""
+        from tracerl.models.placement import computing
+
+        self.stats.forward_calls += 1
+        inputs = {
+            "input_ids": ids_S,
+            "attention_mask": mask_S_L,
+            "position_ids": pos_S,
+            "use_cache": True,
+            "logits_to_keep": 1,
+            self._cache_kw: cache,
+        }
+        with computing(self.model):
+            if not self.compile:
+                res = self.model(**inputs)
+            else:
+                try:
+                    res = self._compiled_call()(**inputs)
+                except Exception as exc:
+                    log.warning(
+                        "the compiled decode step failed (%s: %s); decoding eagerly",
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self.compile = False
+                    for layer in cache.layers:  # undo a write the failed step may have counted
+                        layer.cumulative_length.fill_(written)
+                    res = self.model(**inputs)
+        # a copy: a replayed CUDA graph writes its next logits where these are
+        return res.logits[:, -1].float().clone()
+
+    def _compiled_call(self) -> Any:
+        """The model's compiled call for decode steps (one per model, shared by every
+        sampler of it): transformers' own when the model has one, else ``torch.compile``."""
+        model = self.model
+        if hasattr(model, "get_compiled_call"):
+            from transformers import CompileConfig
+
+            return model.get_compiled_call(CompileConfig(fullgraph=False, dynamic=False))
+        compiled = getattr(model, "_tracerl_compiled_call", None)
+        if compiled is None:
+            import torch
+
+            compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+            model._tracerl_compiled_call = compiled
+        return compiled
+
     def _left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, Any]:
         import torch
 
@@ -516,38 +598,3 @@ def _settle(fut: asyncio.Future[SampleResult], out: SampleResult | Exception) ->
         fut.set_exception(out)
     else:
         fut.set_result(out)
-
-
-def _mergeable(cache: Any) -> bool:
-    """Can rows join `cache` mid-batch? Its layers must be plain growing key/value tensors
-    (transformers' `DynamicLayer`: full attention); a sliding-window or quantized cache
-    keeps static batching."""
-    from transformers.cache_utils import DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
-def _merge(running: tuple[Any, Any, Any, Any], joining: tuple[Any, Any, Any, Any]) -> tuple:
-    """The running batch and the rows joining it as one batch: both left-padded to the longer
-    one's length (padding keys and values are zeros, masked out; each row keeps its own
-    positions, so its tokens see exactly what they saw before), then stacked."""
-    import torch
-
-    logits_a, cache_a, mask_a, pos_a = running
-    logits_b, cache_b, mask_b, pos_b = joining
-    width = max(mask_a.shape[1], mask_b.shape[1])
-
-    def left(x: Any, dim: int) -> Any:
-        missing = width - x.shape[dim]
-        if missing == 0:
-            return x
-        shape = list(x.shape)
-        shape[dim] = missing
-        return torch.cat([x.new_zeros(shape), x], dim=dim)
-
-    for a, b in zip(cache_a.layers, cache_b.layers, strict=True):
-        a.keys = torch.cat([left(a.keys, -2), left(b.keys, -2)], dim=0)
-        a.values = torch.cat([left(a.values, -2), left(b.values, -2)], dim=0)
-    mask = torch.cat([left(mask_a, 1), left(mask_b, 1)], dim=0)
-    return torch.cat([logits_a, logits_b]), cache_a, mask, torch.cat([pos_a, pos_b])

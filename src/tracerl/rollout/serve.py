@@ -356,13 +356,21 @@ def serve_model(
     temperature: float = 1.0,
     max_batch_size: int = 16,
     enable_lora: bool = False,
+    kv_cache: str = "dynamic",
+    compile: bool = False,
     log: Callable[[str], None] = print,
 ) -> None:
     """Serve a loaded model (`tracerl.models.load`) as `name` until interrupted (Ctrl-C):
     the completion subset and chat completions (`tracerl serve`). `log` is told the URL."""
     from tracerl.rollout import BatchedHFSampler
 
-    sampler = BatchedHFSampler(bundle.model, temperature=temperature, max_batch_size=max_batch_size)
+    sampler = BatchedHFSampler(
+        bundle.model,
+        temperature=temperature,
+        max_batch_size=max_batch_size,
+        kv_cache=kv_cache,
+        compile=compile,
+    )
     server = CompletionServer(sampler, name, bundle.tokenizer, enable_lora=enable_lora)
 
     async def main() -> None:

@@ -170,6 +170,8 @@ class Run:
             temperature=m.temperature,
             seed=self.cfg.trainer.seed,
             max_batch_size=m.max_batch_size,
+            kv_cache=m.kv_cache,
+            compile=m.compile,
         )
 
     @cached_property
