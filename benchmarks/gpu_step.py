@@ -3,6 +3,7 @@
 Run: .venv/bin/python benchmarks/gpu_step.py [--device cuda|cpu] [--shape 1.7b|tiny]
      [--budget 450] [--out runs/gpu-step/report.md] [--bandwidth 4.8e12] [--peak-flops 989e12]
      [--prompts 8] [--group 8] [--new-tokens 256] [--steps 3] [--trl-gradient-checkpointing on]
+     [--decode dynamic|static|compiled]
 CPU dry run (tiny shape, a few minutes on 2 cores):
      .venv/bin/python benchmarks/gpu_step.py --shape tiny --device cpu --budget 240
 
@@ -19,7 +20,10 @@ leaves the other's figures): "ours" runs parts 1-4, "trl" runs TRL's GRPO step. 
 skipped, and says so, when the budget left is too small for it.
 
   1 sampling   `BatchedHFSampler.generate_batch`: P prompts x G samples (64 rows) x NEW new
-               tokens, stop tokens off (every row samples NEW tokens), after a short warm-up;
+               tokens, stop tokens off (every row samples NEW tokens), after a short warm-up,
+               decoding as --decode says (dynamic: transformers' growing cache; static:
+               `model.kv_cache: static`; compiled: static and `model.compile`, CUDA graphs
+               on a GPU; parts 2-4 decode the same way), then in the other two modes;
                against HF `generate` on the same rows as GRPOTrainer calls it (its
                GenerationConfig: do_sample, temperature 1, top_k 0, top_p 1, disable_compile;
                min_new_tokens=NEW so it runs as long; under the model's autocast as
@@ -251,26 +255,32 @@ def prompt_ids(tok: Any, tasks: list[dict[str, Any]]) -> list[list[int]]:
 
 # ---- the worker: ours ----------------------------------------------------------------------
 class ForwardTimer:
-    """Wraps `model.forward` (an instance attribute, so `model(...)` goes through it): the
-    time inside forward passes, a device sync after each (the sampler syncs every decode
-    step anyway)."""
+    """Wraps the sampler's model calls (`_forward`: prefills and dynamic-cache steps;
+    `_slot_forward`: static-slot steps, compiled or not; instance attributes, so the
+    sampler goes through them and a compiled step is timed whole, never traced): the time
+    inside them, a device sync after each (the sampler syncs every decode step anyway)."""
 
-    def __init__(self, model: Any, m: Machine) -> None:
-        self.model, self.m, self.busy_s, self.calls = model, m, 0.0, 0
-        self.orig = model.forward
+    NAMES = ("_forward", "_slot_forward")
 
+    def __init__(self, sampler: Any, m: Machine) -> None:
+        self.sampler, self.m, self.busy_s, self.calls = sampler, m, 0.0, 0
+        for name in self.NAMES:
+            setattr(sampler, name, self._timed(getattr(sampler, name)))
+
+    def _timed(self, orig: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
-            t0 = m.now()
+            t0 = self.m.now()
             try:
-                return self.orig(*a, **k)
+                return orig(*a, **k)
             finally:
-                self.busy_s += m.now() - t0
+                self.busy_s += self.m.now() - t0
                 self.calls += 1
 
-        model.forward = timed
+        return timed
 
     def close(self) -> None:
-        del self.model.forward  # the class's forward again
+        for name in self.NAMES:
+            delattr(self.sampler, name)  # the class's methods again
 
 
 def auto_micro_batch_tokens(model: Any, m: Machine, cap: int) -> tuple[int, str]:
@@ -295,12 +305,99 @@ def auto_micro_batch_tokens(model: Any, m: Machine, cap: int) -> tuple[int, str]
     return min(tokens, max(1024, cap)), why
 
 
+DECODE_MODES = ("dynamic", "static", "compiled")
+
+
+def decoding_sampler(model: Any, rows: int, mode: str) -> Any:
+    """`BatchedHFSampler` decoding as --decode says: ``dynamic`` (transformers' growing
+    cache, the default), ``static`` (`model.kv_cache: static`) or ``compiled`` (static, and
+    the decode step compiled: CUDA graphs on a GPU)."""
+    from tracerl.rollout import BatchedHFSampler
+
+    return BatchedHFSampler(
+        model,
+        temperature=1.0,
+        seed=0,
+        max_batch_size=rows,
+        kv_cache="dynamic" if mode == "dynamic" else "static",
+        compile=mode == "compiled",
+    )
+
+
+def time_sampling(sampler: Any, reqs: list[Any], m: Machine, left: Any) -> tuple[list, list]:
+    """`reqs` sampled in one batch after a short warm-up (static slots reserved at the
+    run's full length first, so a compiled step is compiled in the warm-up, not timed); a
+    second run when it is cheap (the first may pay one-off costs). The results and the
+    runs' seconds."""
+    from tracerl.rollout.sampler import SampleRequest
+
+    sampler.reserve(len(reqs), max(len(r.prompt_ids) + r.max_tokens for r in reqs))
+    warm = [SampleRequest(r.prompt_ids, 4, frozenset(), seed=r.seed) for r in reqs]
+    sampler.generate_batch(warm)
+    reps: list[float] = []
+    while not reps or (len(reps) < 2 and reps[0] < 0.05 * left()):
+        t0 = m.now()
+        out = sampler.generate_batch(reqs)
+        reps.append(m.now() - t0)
+    return out, reps
+
+
+def compare_decode_modes(
+    model: Any, reqs: list[Any], first: list[Any], dt: float, a: Any, m: Machine, left: Any
+) -> dict[str, Any]:
+    """Part 1 again in the decode modes --decode did not use (each while the budget has
+    room for it: compiling takes a while): tokens/s, the ratio to --decode's (whose results
+    are `first`, in `dt` s), and how many seeded rows drew --decode's tokens (all, up to
+    the rounding of batched bf16 kernels breaking a near-tie)."""
+    rate = sum(len(r.token_ids) for r in first) / dt
+    out: dict[str, Any] = {}
+    for mode in DECODE_MODES:
+        if mode == a.decode:
+            continue
+        need = 3 * dt + (90 if mode == "compiled" else 10) + a.reserve_for_step + 60
+        if left() < need:
+            out[mode] = {"skipped": f"{left():.0f} s left, needs ~{need:.0f} s"}
+            say(f"    decode {mode}: skipped ({out[mode]['skipped']})")
+            continue
+        m.reset_peak()
+        t0 = m.now()
+        sampler = decoding_sampler(model, len(reqs), mode)
+        try:
+            got, reps = time_sampling(sampler, reqs, m, left)
+        except Exception as exc:  # one mode failing leaves the others' figures
+            out[mode] = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
+            say(f"    decode {mode}: FAILED {out[mode]['failed']}")
+            continue
+        tokens = sum(len(r.token_ids) for r in got)
+        r = {
+            "tok_per_s": tokens / min(reps),
+            "runs_s": reps,
+            "setup_s": m.now() - t0 - sum(reps),
+            "ratio": tokens / min(reps) / rate,
+            "compiled": bool(getattr(sampler, "compile", False)),
+            "peak_gib": m.peak_gib(),
+            "rows_same_tokens": sum(
+                x.token_ids == y.token_ids for x, y in zip(got, first, strict=True)
+            ),
+        }
+        out[mode] = r
+        fell_back = mode == "compiled" and not r["compiled"]
+        say(
+            f"    decode {mode}: {r['tok_per_s']:,.0f} tokens/s ({r['ratio']:.2f}x --decode "
+            f"{a.decode}; {r['rows_same_tokens']}/{len(reqs)} rows drew its tokens; warm-up "
+            f"and compile {r['setup_s']:.1f} s; peak "
+            f"{r['peak_gib']:.2f} GiB{'; compile FAILED, ran eagerly' if fell_back else ''})"
+        )
+        del sampler
+        gc.collect()
+    return out
+
+
 def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
     import torch
 
     from tracerl.envs.arithmetic import digit_reward
     from tracerl.models import ChatRenderer
-    from tracerl.rollout import BatchedHFSampler
     from tracerl.rollout.budget import Budgets, RolloutConfig
     from tracerl.rollout.episode import Policy
     from tracerl.rollout.sampler import SampleRequest
@@ -319,7 +416,7 @@ def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
         f"built in {info['build_s']:.1f} s on {m.name()}"
     )
     save()
-    sampler = BatchedHFSampler(model, temperature=1.0, seed=0, max_batch_size=rows)
+    sampler = decoding_sampler(model, rows, a.decode)
     left = lambda: deadline - time.time()  # noqa: E731
 
     # ---- part 1: single-turn sampling, 64 x NEW, stop tokens off ----
@@ -333,13 +430,7 @@ def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
         reqs = [
             SampleRequest(ids[i // a.group], a.new_tokens, frozenset(), seed=i) for i in range(rows)
         ]
-        warm = [SampleRequest(r.prompt_ids, 4, frozenset(), seed=r.seed) for r in reqs]
-        sampler.generate_batch(warm)
-        reps: list[float] = []
-        while not reps or (len(reps) < 2 and reps[0] < 0.05 * left()):
-            t0 = m.now()  # a second run when it is cheap: the first may pay one-off costs
-            out = sampler.generate_batch(reqs)
-            reps.append(m.now() - t0)
+        out, reps = time_sampling(sampler, reqs, m, left)
         dt = min(reps)  # the best run counts
         tokens = sum(len(r.token_ids) for r in out)
         rate = tokens / dt
@@ -389,6 +480,8 @@ def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
         else:
             s["hf_generate"] = {"skipped": f"{left():.0f} s left"}
             say("    HF generate: skipped (budget)")
+        save()
+        s["decode_modes"] = compare_decode_modes(model, reqs, out, dt, a, m, left)
         save()
 
     # ---- part 2: multi-turn, tools that take --tool-s ----
@@ -683,7 +776,7 @@ def multi_turn(model: Any, tok: Any, sampler: Any, a: argparse.Namespace, m: Mac
     asyncio.run(run_groups(SlowLookup, tasks[:1], policy, run_small, group_size=2))
     m.reset_peak()
     before = dict(sampler.stats.__dict__)
-    timer = ForwardTimer(model, m)
+    timer = ForwardTimer(sampler, m)
     try:
         t0 = m.now()
         episodes = run()
@@ -1021,6 +1114,15 @@ def table(a: argparse.Namespace, ours: dict[str, Any], trl: dict[str, Any]) -> l
         "%",
     )
     row("1 sampling", "peak memory, GiB", s.get("peak_gib"), hf.get("peak_gib"), ".2f", "")
+    for mode, d in (s.get("decode_modes") or {}).items():
+        row(
+            "1 sampling",
+            f"the same, decode {mode} (the rows above: --decode {a.decode}), tokens/s",
+            d.get("tok_per_s"),
+            hf.get("tok_per_s"),
+            ",.0f",
+            "",
+        )
     row(
         "2 multi-turn",
         f"{mt.get('episodes', rows)} episodes, {a.turns} turns x {a.turn_tokens} tokens, "
@@ -1184,6 +1286,12 @@ def main() -> int:
         type=float,
         default=0.55,
         help="share of the budget for tracerl's worker (TRL gets the rest)",
+    )
+    ap.add_argument(
+        "--decode",
+        choices=DECODE_MODES,
+        default="dynamic",
+        help="the sampler's decoding for every part (part 1 also times the other modes)",
     )
     ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: SmolLM2's)")
     ap.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)

@@ -496,6 +496,17 @@ class BatchedHFSampler:
             next_B = draw(logp_B_V, uniforms_B.to(logp_B_V.device))
         return next_B, logp_B_V.gather(1, next_B[:, None])[:, 0]
 
+    def reserve(self, rows: int, positions: int) -> None:
+        """With ``kv_cache="static"``: allocate slots for `rows` rows of `positions`
+        positions (prompt + new tokens) now, so that the batches that fit them (every
+        batch, when these are the largest) reuse them and the decode step compiled for them
+        (``compile``) is compiled once, not when a batch first needs more. Nothing with the
+        dynamic cache."""
+        if self.kv_cache == "static":
+            from tracerl.models.placement import device_of
+
+            self._static_slots(positions, rows, device_of(self.model))
+
     def _static_slots(self, need: int, rows: int, dev: Any) -> StaticSlots:
         """Static slots for a batch of `rows` rows that needs `need` positions: the ones
         already allocated when they are large enough (their addresses, and so a captured
