@@ -64,3 +64,32 @@ def test_turns_join_a_compiled_batch_and_draw_their_own_tokens(model):
     assert sampler.stats.admitted >= 1
     alone = BatchedHFSampler(model, seed=0, max_batch_size=1)
     _assert_same(got, [alone.generate_batch([r])[0] for r in requests])
+
+
+def test_under_bf16_mixed_compiled_log_probs_match_the_learners_recompute(gpu):
+    """The GPU default precision: the compiled step decodes through bf16 copies of the
+    matmul weights (`CastWeights`, refreshed every batch); each token's log-prob must agree
+    with a full forward under the learner's autocast within the bf16 tolerance docs/gpu.md
+    states (0.1 max, 0.02 mean), before and after an update."""
+    from tracerl.models.placement import computing
+
+    mixed = place(load("tiny-random").model, resolve(gpu, "auto", "bf16-mixed"))
+    sampler = BatchedHFSampler(mixed, seed=0, max_batch_size=8, kv_cache="static", compile=True)
+    assert sampler._casts is not None
+    opt = torch.optim.AdamW(mixed.parameters(), lr=1e-3)
+    for _ in range(2):
+        results = sampler.generate_batch(_requests(6))
+        assert sampler.compile
+        gaps = []
+        for req, res in zip(_requests(6), results, strict=True):
+            ids = torch.tensor([[*req.prompt_ids, *res.token_ids]], device=gpu)
+            with torch.no_grad(), computing(mixed):
+                logits = mixed(input_ids=ids).logits[0, len(req.prompt_ids) - 1 : -1].float()
+            full = torch.log_softmax(logits, -1).gather(1, ids[0, len(req.prompt_ids) :, None])
+            gaps.append((full[:, 0].cpu() - torch.tensor(res.logprobs)).abs())
+        gap = torch.cat(gaps)
+        assert gap.max() < 0.1 and gap.mean() < 0.02, (gap.max(), gap.mean())
+        with computing(mixed):  # an update: the next batch must sample the new weights
+            mixed(input_ids=torch.tensor([[1, 5, 9]], device=gpu)).logits.float().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)

@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracerl.models.cast_weights import CastWeights, castable
 from tracerl.rollout.decode_batch import GrowingBatch, SlotBatch, StaticSlots, slot_length
 from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
@@ -169,6 +170,9 @@ class BatchedHFSampler:
         self.generator = torch.Generator().manual_seed(seed)
         self.kv_cache = kv_cache
         self.compile = compile
+        # compiled under bf16-mixed: decode through bf16 copies of the matmul weights
+        # (refreshed every batch), not casts captured into every replayed step
+        self._casts = CastWeights(model) if compile and castable(model) else None
         # static slots (their key/value memory), shared with `with_temperature`'s sampler
         self._slot_store: dict[str, StaticSlots] = {}
         self.stats = BatchStats()
@@ -196,6 +200,7 @@ class BatchedHFSampler:
         )
         other._model_lock = self._model_lock
         other._slot_store = self._slot_store  # the lock keeps their batches apart
+        other._casts = self._casts
         other.gather_s = self.gather_s
         other.continuous = self.continuous
         return other
@@ -410,6 +415,8 @@ class BatchedHFSampler:
         with self._model_lock, torch.no_grad(), computing(self.model):
             # read under the lock the learner's step takes: the version of these weights
             version = self.policy_version if policy_version is None else policy_version
+            if self._casts is not None:
+                self._casts.refresh()  # the weights as they are now (an update may have run)
             self.stats.batches += 1
             enrol(served)
             rows = list(range(len(served)))  # the requests still in the batch, in batch order
@@ -496,6 +503,12 @@ class BatchedHFSampler:
             next_B = draw(logp_B_V, uniforms_B.to(logp_B_V.device))
         return next_B, logp_B_V.gather(1, next_B[:, None])[:, 0]
 
+    @property
+    def _decoder(self) -> Any:
+        """The module a forward runs: the model, or under ``compile`` with ``bf16-mixed``
+        its view with bf16 copies of the matmul weights (`CastWeights`: the same numbers)."""
+        return self.model if self._casts is None else self._casts.view
+
     def reserve(self, rows: int, positions: int) -> None:
         """With ``kv_cache="static"``: allocate slots for `rows` rows of `positions`
         positions (prompt + new tokens) now, so that the batches that fit them (every
@@ -538,7 +551,7 @@ class BatchedHFSampler:
         }
         with computing(self.model):
             if not self.compile:
-                res = self.model(**inputs)
+                res = self._decoder(**inputs)
             else:
                 try:
                     res = self._compiled_call()(**inputs)
@@ -551,14 +564,14 @@ class BatchedHFSampler:
                     self.compile = False
                     for layer in cache.layers:  # undo a write the failed step may have counted
                         layer.cumulative_length.fill_(written)
-                    res = self.model(**inputs)
+                    res = self._decoder(**inputs)
         # a copy: a replayed CUDA graph writes its next logits where these are
         return res.logits[:, -1].float().clone()
 
     def _compiled_call(self) -> Any:
         """The model's compiled call for decode steps (one per model, shared by every
         sampler of it): transformers' own when the model has one, else ``torch.compile``."""
-        model = self.model
+        model = self._decoder
         if hasattr(model, "get_compiled_call"):
             from transformers import CompileConfig
 
@@ -591,7 +604,7 @@ class BatchedHFSampler:
 
         self.stats.forward_calls += 1
         with computing(self.model):  # its precision (bf16 autocast under bf16-mixed)
-            res = self.model(
+            res = self._decoder(
                 input_ids=ids_B_T.to(dev),
                 attention_mask=mask_B_T.to(dev),
                 position_ids=pos_B_T.to(dev),
