@@ -1,6 +1,7 @@
 """Concurrent episodes on one CPU: BatchedHFSampler vs one episode alone vs the plain sampler.
 
 Run: .venv/bin/python benchmarks/batched_sampling.py [--model tiny-random] [--episodes 8]
+     [--kv-cache dynamic|static] [--compile]
 
 Real episodes through the episode runner: E refund_desk tasks, each rendered with the chat
 template, sampled by the model, parsed, stepped in the env, for up to --steps model turns of
@@ -63,6 +64,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--turn-tokens", type=int, default=48)
     ap.add_argument("--fault-rate", type=float, default=0.0)
+    ap.add_argument(
+        "--kv-cache",
+        choices=("dynamic", "static"),
+        default="dynamic",
+        help="the batched sampler's key/value memory (model.kv_cache)",
+    )
+    ap.add_argument("--compile", action="store_true", help="compile its decode step")
     args = ap.parse_args()
     global FAULT_RATE
     FAULT_RATE = args.fault_rate
@@ -70,12 +78,20 @@ def main() -> None:
     bundle = load(args.model)
     cfg = RolloutConfig(budgets=Budgets(steps=args.steps), max_turn_tokens=args.turn_tokens)
     tasks = make("refund_desk").sample_tasks(args.episodes, seed=0)
-    batched = BatchedHFSampler(bundle.model, temperature=0.8, max_batch_size=args.episodes)
+    batched = BatchedHFSampler(
+        bundle.model,
+        temperature=0.8,
+        max_batch_size=args.episodes,
+        kv_cache=args.kv_cache,
+        compile=args.compile,
+    )
     plain = HFSampler(bundle.model, temperature=0.8)
     on_batched = Policy.from_bundle(bundle, batched)
     on_plain = Policy.from_bundle(bundle, plain)
-    run(on_batched, tasks[:2], cfg.model_copy(update={"max_turn_tokens": 4}))  # warm-up
-    run(on_plain, tasks[:1], cfg.model_copy(update={"max_turn_tokens": 4}))
+    # warm-up (static slots: a whole episode, so the slots, and a compiled step, are sized)
+    short = cfg.model_copy(update={"max_turn_tokens": 4})
+    run(on_batched, tasks[:2], cfg if args.kv_cache == "static" else short)
+    run(on_plain, tasks[:1], short)
 
     singles = [run(on_batched, [t], cfg, first_seed=i) for i, t in enumerate(tasks)]
     single_wall = sum(w for w, _ in singles) / len(singles)
@@ -86,7 +102,8 @@ def main() -> None:
     e = args.episodes
     print(
         f"{bundle.model_id}: {e} refund_desk episodes, <= {args.steps} turns x "
-        f"{args.turn_tokens} tokens, fault rate {FAULT_RATE:g} (CPU, fp32)"
+        f"{args.turn_tokens} tokens, fault rate {FAULT_RATE:g} (CPU, fp32; kv_cache "
+        f"{args.kv_cache}{', compiled' if args.compile else ''})"
     )
     rows = [
         ("single_1 (mean)", single_wall, sampled(single_eps) / e),

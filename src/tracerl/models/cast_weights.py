@@ -56,6 +56,7 @@ class CastWeights:
                 setattr(mine, name, cast)
                 self.pairs.append((tensor, cast))
         self.view.requires_grad_(False)
+        self.view.eval()  # it only samples (the learner's train() on the model is not its)
         self.refresh()
 
     def refresh(self) -> None:

@@ -39,6 +39,13 @@ at its own positions) and decode on together. A learner update waiting for the w
 A cache other than transformers' plain growing one (sliding windows, quantized) keeps static
 batching.
 
+Key/value memory (`tracerl.rollout.decode_batch`): ``kv_cache="dynamic"`` (the default) holds
+the running rows in transformers' growing cache; ``"static"`` in `max_batch_size` slots of a
+`StaticCache` allocated once and reused, every decode step the same shapes (a finished row's
+slot goes to the next turn that joins); with ``compile=True`` that step is ``torch.compile``'d
+(CUDA graphs on a GPU), and under ``bf16-mixed`` it reads bf16 copies of the matmul weights
+refreshed at every batch (`tracerl.models.cast_weights`).
+
 Simplifications: no prefix caching across turns (each turn re-prefills its whole prompt),
 and one event loop at a time (the worker is restarted on whichever loop calls next). If a
 batch fails, its requests not yet answered are retried one by one, so one bad request does
