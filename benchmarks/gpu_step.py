@@ -284,24 +284,14 @@ class ForwardTimer:
 
 
 def auto_micro_batch_tokens(model: Any, m: Machine, cap: int) -> tuple[int, str]:
-    """Micro-batch tokens that use the memory left: on a GPU, the free memory less the
-    gradients and AdamW state still to come (12 bytes a trained parameter) and a tenth for
-    the allocator, over an estimate of the activations each token keeps for the backward
-    in bf16 autocast (per layer ~ (36 x hidden + 8 x intermediate) bytes: the norms' fp32
-    inputs, q/k/v/o and the MLP's four intermediate tensors), in multiples of 1024, at most
-    `cap` (the step's tokens: one micro-batch holds them all). On a CPU: 8192."""
-    cfg = model.config
+    """``trainer.micro_batch_tokens: auto`` (`tracerl.train.memory`: the free memory less the
+    update's gradients and AdamW state, over an estimate of each token's activations; 8192
+    on a CPU here), at most `cap` (the step's tokens: one micro-batch holds them all)."""
+    from tracerl.train.memory import micro_batch_tokens
+
     if not m.cuda:
         return min(8192, cap), "CPU: 8192"
-    free, _ = m.torch.cuda.mem_get_info()
-    params = sum(p.numel() for p in model.parameters())
-    per_token = cfg.num_hidden_layers * (36 * cfg.hidden_size + 8 * cfg.intermediate_size)
-    usable = 0.9 * free - 12 * params
-    tokens = max(1024, int(usable / per_token) // 1024 * 1024)
-    why = (
-        f"free {free / 2**30:.1f} GiB - grads+AdamW {12 * params / 2**30:.1f} GiB, "
-        f"~{per_token / 2**20:.2f} MiB/token -> {tokens}"
-    )
+    tokens, why = micro_batch_tokens("auto", model)
     return min(tokens, max(1024, cap)), why
 
 

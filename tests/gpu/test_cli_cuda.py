@@ -124,8 +124,9 @@ def test_an_export_of_a_gpu_run_evaluates_on_a_cpu_as_on_the_gpu(trained, tmp_pa
         ["trainer.precision=fp32", "trainer.steps=2"],
         ["trainer.kl_coef=0.05", "trainer.steps=2"],
         ["model.kv_cache=static", "model.compile=true", "trainer.steps=2"],
+        ["trainer.micro_batch_tokens=auto", "trainer.steps=2"],
     ],
-    ids=["async", "lora", "pure-bf16", "fp32", "kl-reference", "static-compiled"],
+    ids=["async", "lora", "pure-bf16", "fp32", "kl-reference", "static-compiled", "auto-micro"],
 )
 def test_the_variants_that_crashed_on_a_gpu_run_to_their_end(variant, tmp_path):
     tracerl("train", "configs/learn-arithmetic.yaml", f"out_dir={tmp_path}", *SMALL, *variant)

@@ -3,7 +3,7 @@ rollouts run (``trainer.rollout``: `tracerl.rollout.backend_config`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -106,10 +106,13 @@ class TrainerConfig(_Config):
     epochs: int = Field(1, ge=1)
     """Passes over a step's episodes per update, one optimizer step each (the PPO ratio is
     taken against the weights that sampled them)."""
-    micro_batch_tokens: int = Field(4096, ge=16)
+    micro_batch_tokens: Annotated[int, Field(ge=16)] | Literal["auto"] = 4096
     """Padded tokens per micro-batch (a longer sequence gets one of its own). Gradients are
     accumulated over a step's micro-batches, so this trades memory for speed without
-    changing the update. An RL update that runs out of device memory before its optimizer
+    changing the update. ``auto``: on a GPU, sized from its free memory when the learner
+    starts (`tracerl.train.memory`: the free memory less the update's gradients and AdamW
+    state, over an estimate of each token's activations; the run's log prints the figures);
+    on a CPU 4096. An RL update that runs out of device memory before its optimizer
     step halves it and redoes the update (the same update; ``train/micro_batch_tokens``
     shows the size in use, kept for later steps); with several learner ranks, or at one row
     per micro-batch, it stops and says what to set. The warm start uses it too (there, one

@@ -139,6 +139,8 @@ def _train(
     log, run_dir, t = bars.line, cfg.run_dir, cfg.trainer
     policy = engine.policy
     sampler = policy.sampler  # its policy_version is the run's
+    if t.micro_batch_tokens == "auto":
+        log(f"trainer.micro_batch_tokens {run.micro_batch_sizing[1]}")
 
     def evaluation(step: int, stage: str = "train") -> dict[str, float]:
         set_phase(
@@ -172,7 +174,19 @@ def _train(
         evaluation(0, "baseline")
         if cfg.warm_start is not None:
             set_phase("the warm start")
-            warm_start_stage(cfg, bundle, env, probe, policy, reward, sink, bars, backend, publish)
+            warm_start_stage(
+                cfg,
+                bundle,
+                env,
+                probe,
+                policy,
+                reward,
+                sink,
+                bars,
+                backend,
+                publish,
+                micro_batch_tokens=run.micro_batch_sizing[0],
+            )
             _checkpoint(run, -1, None, sampler, log)  # no RL step yet: no optimizer state
             if stop.requested:  # during the fine-tuning, which finished: it is kept
                 log(stop.stopped("after the warm start (checkpoint written)"))

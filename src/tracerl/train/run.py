@@ -43,6 +43,7 @@ from tracerl.train.dynamic_sampling import DynamicSampling, replacement_tasks
 from tracerl.train.grpo import GRPOConfig
 from tracerl.train.learner import Learner, LearnerConfig
 from tracerl.train.lora import apply_lora
+from tracerl.train.memory import micro_batch_tokens
 
 Log = Callable[[str], None]
 
@@ -216,12 +217,21 @@ class Run:
     # -- the learner ------------------------------------------------------------------
 
     @cached_property
+    def micro_batch_sizing(self) -> tuple[int, str]:
+        """``trainer.micro_batch_tokens`` as a number (``auto``: sized from the device's free
+        memory, `tracerl.train.memory`), and how it was reached (the run prints it)."""
+        t = self.cfg.trainer
+        if t.micro_batch_tokens != "auto":  # no model needed
+            return t.micro_batch_tokens, f"trainer.micro_batch_tokens={t.micro_batch_tokens}"
+        return micro_batch_tokens("auto", self.bundle.model, checkpointing=t.gradient_checkpointing)
+
+    @cached_property
     def learner_config(self) -> LearnerConfig:
         t = self.cfg.trainer
         return LearnerConfig(
             lr=t.lr,
             epochs=t.epochs,
-            micro_batch_tokens=t.micro_batch_tokens,
+            micro_batch_tokens=self.micro_batch_sizing[0],
             max_grad_norm=t.max_grad_norm,
             temperature=self.cfg.model.temperature,
             clip=ClipConfig(

@@ -126,11 +126,13 @@ def warm_start_stage(
     bars: QuietProgress,
     backend: RolloutBackend | None = None,
     publish: Callable[[], None] | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> dict[str, float]:
     """The run's warm-start stage: SFT on the reference agent (see `warm_start`), logged; its
     metrics. The loop then checkpoints and runs the evaluation RL must beat (stage
     ``warm_start``). `publish` gives a sampling engine that does not share the learner's
-    weights (a server) the fine-tuned ones."""
+    weights (a server) the fine-tuned ones. `micro_batch_tokens`: the run's
+    (``trainer.micro_batch_tokens`` with ``auto`` resolved; None: the config's number)."""
     ws, run_dir = cfg.warm_start, cfg.run_dir
     assert ws is not None
     tasks = probe.sample_tasks(ws.tasks, seed=ws.seed, split=cfg.env.train_split)
@@ -145,7 +147,7 @@ def warm_start_stage(
         tasks=tasks,
         lr=ws.lr,
         epochs=ws.epochs,
-        micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+        micro_batch_tokens=micro_batch_tokens or int(cfg.trainer.micro_batch_tokens),
         done=done_episodes(run_dir / "warm_start", 0),
         progress=bars,
         # an agent's episodes are its harness's conversations: the reference plays through
