@@ -288,3 +288,20 @@ def test_the_config_refuses_compile_without_static_slots_and_the_run_passes_them
     run = Run.from_config(model={"spec": "tiny-random", "kv_cache": "static", "compile": True})
     sampler = run.sampler
     assert sampler.kv_cache == "static" and sampler.compile
+
+
+def test_a_short_prompt_with_many_tokens_beside_a_long_prompt_fits_its_slot(bundle):
+    """Every row's keys end where the widest prompt's end, so the slots must hold the widest
+    prompt plus the largest max_tokens (not the largest prompt + max_tokens of one row)."""
+    long_prompt = _prompts(bundle, 1)[0]
+    requests = [
+        SampleRequest(long_prompt, 2, frozenset(), seed=1),
+        SampleRequest(long_prompt[:4], 250, frozenset(), seed=2),
+    ]
+    sampler = _static(bundle, max_batch_size=2)
+    results = sampler.generate_batch(requests)
+    assert [len(r.token_ids) for r in results] == [2, 250]
+    assert sampler._slot_store["slots"].length >= len(long_prompt) + 250
+    _same(results[0], _alone(bundle, requests[0]))
+    ref = _alone(bundle, SampleRequest(long_prompt[:4], 32, frozenset(), seed=2))
+    assert results[1].token_ids[:32] == ref.token_ids

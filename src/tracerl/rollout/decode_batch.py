@@ -17,8 +17,9 @@ and values, chosen by ``model.kv_cache``:
   prompt is prefilled alone, then its keys and values are copied into a free slot so that
   they end at the current write position (positions before it, stale, are masked out); so
   a row joins once the write position has reached its prompt's length and while its
-  ``max_tokens`` still fit in the slot. Slots without a row attend to their own token only,
-  so nothing in the cache is ever NaN.
+  ``max_tokens`` still fit in the slot. Every slot, with a row or not, sees at least its own
+  position, so nothing in the cache is ever NaN (a NaN, even masked, would poison a slot's
+  next row: masked weights are 0, and 0 x NaN is NaN).
 
 Both give each row the tokens it would draw alone (its own positions, its own keys and
 values; masked positions have weight exactly 0), up to the floating-point noise of batched
@@ -149,8 +150,9 @@ class StaticSlots:
 
     def step(self, slots_R: Any, next_R: Any, forward: Callable[..., Any]) -> Any:
         """Every slot decodes one token at the write position: the running rows (in
-        `slots_R`) their `next_R`, free slots a pad token seeing only itself. The logits
-        of every slot (the caller picks its rows')."""
+        `slots_R`) their `next_R`; a free slot computes on whatever it holds (its output is
+        not used, and every key and value it writes is finite: each slot sees at least its
+        own position). The logits of every slot (the caller picks its rows')."""
         c = self.written
         self.ids_S[slots_R, 0] = next_R
         self.mask_S_L[:, c] = 1
@@ -184,7 +186,8 @@ class SlotBatch:
 
     def start(self, requests: Sequence[Any]) -> Any:
         width = max(len(r.prompt_ids) for r in requests)
-        need = max(len(r.prompt_ids) + r.max_tokens for r in requests)
+        # every row's keys end at the widest prompt's, so each has `width` + its max_tokens
+        need = width + max(r.max_tokens for r in requests)
         self.slots = self.sampler._static_slots(need, len(requests), self.dev)
         self.slots.reset(width)
         self.slots_R = []
@@ -196,6 +199,7 @@ class SlotBatch:
         assert self.slots is not None
         logits_J_V, cache, mask_J_W, pos_J = self.sampler._prefill(requests, self.dev)
         free = self._free()[: len(requests)]
+        assert len(free) == len(requests), "more rows than free slots"
         self.slots.place(torch.tensor(free, device=self.dev), cache, mask_J_W, pos_J)
         self.slots_R += free
         self._slots_dev = None
