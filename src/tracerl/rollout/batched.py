@@ -525,7 +525,8 @@ class BatchedHFSampler:
         if self.kv_cache == "static":
             from tracerl.models.placement import device_of
 
-            self._static_slots(positions, rows, device_of(self.model))
+            with self._model_lock:  # never while a batch decodes from the slots
+                self._static_slots(positions, rows, device_of(self.model))
 
     def _static_slots(self, need: int, rows: int, dev: Any) -> StaticSlots:
         """Static slots for a batch of `rows` rows that needs `need` positions: the ones
