@@ -115,7 +115,7 @@ class ModelConfig(_Config):
     compile: bool = False
     """``torch.compile`` the decode step of a ``static`` cache (transformers'
     ``get_compiled_call``, ``mode="reduce-overhead"``: CUDA graphs on a GPU, one launch per
-    step). The first batch of each cache size pays the compilation (about 25 s for
+    step). The first batch of each cache size pays the compilation (about 20 s for
     tiny-random on 2 CPU cores); a step that fails to compile warns and decodes eagerly.
     Needs ``kv_cache: static``. Unmeasured on a GPU (docs/gpu.md)."""
     lora: LoraConfig | None = None
