@@ -232,7 +232,10 @@ def test_a_turn_that_arrives_mid_batch_joins_it_and_draws_its_own_tokens(bundle)
         calls.append(1)
         if len(calls) == 7:  # the short row (4 tokens) answered two steps ago
             deadline = time.monotonic() + 60
-            while not sampler._pending and time.monotonic() < deadline:
+            # until the late turn is waiting (or, asked sooner, has joined already)
+            while not (sampler._pending or sampler.stats.admitted):
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(0.001)
         return forward(*args, **kwargs)
 
