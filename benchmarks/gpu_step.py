@@ -897,10 +897,10 @@ def worker_trl(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
     import trl
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
 
     from tracerl.envs.arithmetic import digit_reward
+    from vs_trl_sides import matched_grpo_config
 
     res["versions"] = {
         "trl": trl.__version__,
@@ -968,29 +968,15 @@ def worker_trl(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
             self.t = m.now()
 
     with tempfile.TemporaryDirectory(prefix="gpu_step_trl_") as out:
-        args = TRLConfig(
-            output_dir=out,
-            use_cpu=not m.cuda,
-            bf16=m.cuda,
-            fp16=False,
-            report_to="none",
-            logging_strategy="no",
-            save_strategy="no",
-            eval_strategy="no",
-            disable_tqdm=True,
-            seed=0,
-            max_steps=steps,
-            learning_rate=LR,
-            per_device_train_batch_size=rows,
-            gradient_accumulation_steps=1,
-            steps_per_generation=1,
-            num_iterations=1,
-            num_generations=a.group,
-            beta=0.0,
-            temperature=1.0,
-            max_completion_length=a.new_tokens,
-            shuffle_dataset=False,
+        args = matched_grpo_config(
+            out,
+            steps=steps,
+            lr=LR,
+            rows=rows,
+            group=a.group,
+            max_completion=a.new_tokens,
             gradient_checkpointing=a.trl_gc == "on",
+            cuda=m.cuda,
             include_num_input_tokens_seen=True,
         )
         timer = StepTimer()

@@ -311,6 +311,52 @@ def patch_trl_vllm_weight_sync() -> None:
     vllm_generation.VLLMGeneration.sync_weights = sync_weights
 
 
+def matched_grpo_config(
+    out: str,
+    *,
+    steps: int,
+    lr: float,
+    rows: int,
+    group: int,
+    max_completion: int,
+    gradient_checkpointing: bool,
+    cuda: bool = False,
+    **extra: Any,
+) -> Any:
+    """TRL's `GRPOConfig` set to tracerl's GRPO step, the settings every comparison with TRL
+    shares (this file's and `gpu_step.py`'s): one batch of `rows` completions a step, `group`
+    per prompt, one generation and one iteration per step, no KL (beta 0), temperature 1,
+    no shuffling, no logging, saving or evaluation; bf16 on a GPU. `extra`: the caller's
+    own keys (tools, vLLM)."""
+    from trl import GRPOConfig as TRLConfig
+
+    return TRLConfig(
+        output_dir=out,
+        use_cpu=not cuda,
+        bf16=cuda,
+        fp16=False,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        max_steps=steps,
+        learning_rate=lr,
+        per_device_train_batch_size=rows,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=group,
+        beta=0.0,
+        temperature=1.0,
+        max_completion_length=max_completion,
+        shuffle_dataset=False,
+        gradient_checkpointing=gradient_checkpointing,
+        **extra,
+    )
+
+
 def run_trl(
     mode: str,
     steps: int,
@@ -327,7 +373,6 @@ def run_trl(
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gb)  # GiB; vLLM's CPU KV cache
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
 
     bundle = load(spec)
@@ -418,28 +463,13 @@ def run_trl(
             self.t, self.calls, self.seen = time.perf_counter(), vs_trl_tasks.CALLS, seen
 
     with scratch, tempfile.TemporaryDirectory(prefix="vs_trl_") as out:
-        args = TRLConfig(
-            output_dir=out,
-            use_cpu=True,
-            bf16=False,
-            fp16=False,
-            report_to="none",
-            logging_strategy="no",
-            save_strategy="no",
-            eval_strategy="no",
-            disable_tqdm=True,
-            seed=0,
-            max_steps=steps,
-            learning_rate=LR,
-            per_device_train_batch_size=PROMPTS * GROUP,
-            gradient_accumulation_steps=1,
-            steps_per_generation=1,
-            num_iterations=1,
-            num_generations=GROUP,
-            beta=0.0,
-            temperature=1.0,
-            max_completion_length=max_completion,
-            shuffle_dataset=False,
+        args = matched_grpo_config(
+            out,
+            steps=steps,
+            lr=LR,
+            rows=PROMPTS * GROUP,
+            group=GROUP,
+            max_completion=max_completion,
             gradient_checkpointing=gradient_checkpointing,
             **extra,
             **extra_vllm,

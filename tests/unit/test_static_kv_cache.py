@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from tests.unit.test_batched_sampler import SEEDED, _gather, _prompts
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler, HFSampler, SampleRequest
 from tracerl.rollout.decode_batch import StaticSlots, slot_length
@@ -21,11 +22,6 @@ from tracerl.rollout.decode_batch import StaticSlots, slot_length
 @pytest.fixture(scope="module")
 def bundle():
     return load("tiny-random")
-
-
-def _prompts(bundle, n: int) -> list[list[int]]:
-    base = bundle.renderer.start([{"role": "user", "content": "Tell me a story about cats."}])
-    return [base.token_ids[: len(base.token_ids) - 3 * i] for i in range(n)]
 
 
 def _alone(bundle, request: SampleRequest):
@@ -48,8 +44,6 @@ def _static(bundle, **kw) -> BatchedHFSampler:
 
 
 def test_static_slots_draw_the_seeded_tokens_the_dynamic_cache_draws(bundle):
-    from tests.unit.test_batched_sampler import SEEDED
-
     requests = [SampleRequest(p, 10, frozenset(), seed=s) for p, s, _ in SEEDED]
     got = _static(bundle, seed=0).generate_batch(requests)
     assert [r.token_ids for r in got] == [want for _, _, want in SEEDED]
@@ -88,10 +82,6 @@ def test_rows_stop_at_their_own_ends_and_every_step_feeds_every_slot(bundle):
     # after the prefill every decode step has one shape: all 8 slots, the whole cache
     length = slot_length(max(len(p) + m for p, m in zip(prompts, max_tokens, strict=True)))
     assert set(shapes[1:]) == {((8, 1), (8, length))}
-
-
-async def _gather(sampler, requests):
-    return await asyncio.gather(*(sampler.sample(r) for r in requests))
 
 
 def test_a_finished_rows_slot_goes_to_the_turn_that_joins(bundle):

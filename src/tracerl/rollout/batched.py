@@ -329,10 +329,13 @@ class BatchedHFSampler:
         with self._pending_lock:
             taken: list[Pending] = []
             left: list[Pending] = []
-            for req, fut in self._pending:
+            for k, (req, fut) in enumerate(self._pending):
+                if len(taken) == n:  # the rest keep their places, unread
+                    left += self._pending[k:]
+                    break
                 if fut.done():
                     continue
-                if len(taken) < n and (fits is None or fits(req)):
+                if fits is None or fits(req):
                     taken.append((req, fut))
                 else:
                     left.append((req, fut))

@@ -49,9 +49,9 @@ def micro_batch_tokens(
     free_bytes: int | None = None,
 ) -> tuple[int, str]:
     """The micro-batch size `setting` means for `model` (already placed, its trained
-    parameters the ones with ``requires_grad``), and how it was reached. An int is itself;
-    ``auto`` is sized from the free memory of the model's device (`free_bytes` overrides
-    the reading, for tests)."""
+    parameters the ones with ``requires_grad``; only ``auto`` reads it: a number needs no
+    model), and how it was reached. An int is itself; ``auto`` is sized from the free
+    memory of the model's device (`free_bytes` overrides the reading, for tests)."""
     if setting != "auto":
         return int(setting), f"trainer.micro_batch_tokens={setting}"
     device = device_of(model)

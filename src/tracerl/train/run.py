@@ -221,9 +221,10 @@ class Run:
         """``trainer.micro_batch_tokens`` as a number (``auto``: sized from the device's free
         memory, `tracerl.train.memory`), and how it was reached (the run prints it)."""
         t = self.cfg.trainer
-        if t.micro_batch_tokens != "auto":  # no model needed
-            return t.micro_batch_tokens, f"trainer.micro_batch_tokens={t.micro_batch_tokens}"
-        return micro_batch_tokens("auto", self.bundle.model, checkpointing=t.gradient_checkpointing)
+        model = self.bundle.model if t.micro_batch_tokens == "auto" else None  # a number: none
+        return micro_batch_tokens(
+            t.micro_batch_tokens, model, checkpointing=t.gradient_checkpointing
+        )
 
     @cached_property
     def learner_config(self) -> LearnerConfig:
