@@ -114,6 +114,37 @@ def test_a_failing_request_raises_to_its_caller_and_the_sampler_recovers(bundle)
     assert good_res.token_ids == again.token_ids == ref.token_ids  # batch-mates unharmed
 
 
+def test_a_broken_worker_fails_its_waiting_callers_instead_of_hanging_them(bundle):
+    """Not a bad request (a batch answers those) but the worker loop itself raising: every
+    caller waiting gets the error at once, and the next request starts a new worker."""
+    sampler = BatchedHFSampler(bundle.model)
+    request = SampleRequest(_prompts(bundle, 1)[0], max_tokens=3, seed=5)
+    broken = {"left": 1}
+    real = sampler._gather_stragglers
+
+    async def gather_once_broken():
+        if broken["left"]:
+            broken["left"] -= 1
+            raise OSError("the worker's own bug")
+        await real()
+
+    sampler._gather_stragglers = gather_once_broken
+
+    async def episode():
+        failed = await asyncio.gather(
+            sampler.sample(request), sampler.sample(request), return_exceptions=True
+        )
+        return failed, await sampler.sample(request)
+
+    failed, again = asyncio.run(asyncio.wait_for(episode(), timeout=20))
+    assert all(isinstance(f, RuntimeError) for f in failed), failed
+    assert all(isinstance(f.__cause__, OSError) for f in failed)
+    ref = HFSampler(bundle.model).generate(
+        request.prompt_ids, max_tokens=3, stop_token_ids=(), seed=5
+    )
+    assert again.token_ids == ref.token_ids
+
+
 def test_the_sampler_works_across_event_loops(bundle):
     sampler = BatchedHFSampler(bundle.model)
     requests = [SampleRequest(p, max_tokens=5, seed=i) for i, p in enumerate(_prompts(bundle, 3))]

@@ -267,17 +267,30 @@ class BatchedHFSampler:
         self._worker = loop.create_task(self._run(self._wakeup), name="BatchedHFSampler")
 
     async def _run(self, wakeup: asyncio.Event) -> None:
-        while True:
-            if not self._pending:
-                wakeup.clear()
-                await wakeup.wait()
-                continue
-            for _ in range(self.gather_ticks):
-                await asyncio.sleep(0)
-            await self._gather_stragglers()
-            batch = self._take(self.max_batch_size)
-            if batch:
-                await self._serve(batch)
+        try:
+            while True:
+                if not self._pending:
+                    wakeup.clear()
+                    await wakeup.wait()
+                    continue
+                for _ in range(self.gather_ticks):
+                    await asyncio.sleep(0)
+                await self._gather_stragglers()
+                batch = self._take(self.max_batch_size)
+                if batch:
+                    await self._serve(batch)
+        except Exception as exc:
+            # the worker itself broke (not a batch: `_serve` answers those): every caller
+            # still waiting gets the error now, instead of waiting for a worker that is
+            # gone; the next `sample` starts a new one
+            log.exception("BatchedHFSampler's worker failed; failing the waiting requests")
+            with self._pending_lock:
+                waiting, self._pending = self._pending, []
+            error = RuntimeError(f"the batched sampler's worker failed: {exc!r}")
+            error.__cause__ = exc
+            for _, fut in waiting:
+                _settle(fut, error)
+            raise
 
     async def _gather_stragglers(self) -> None:
         """With `gather_s` > 0: wait while requests keep arriving (each wait `gather_s`,
