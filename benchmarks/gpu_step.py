@@ -15,18 +15,21 @@ weights are read from disk), with SmolLM2's tokenizer and chat template
 places it (`tracerl.models.placement.resolve`: on a GPU ``bf16-mixed``, fp32 master weights
 with bf16 autocast; on a CPU fp32). Both sides build the same weights from the same seed.
 
-Two worker processes, one after the other (each its own peak memory; a crash or hang in one
-leaves the other's figures): "ours" runs parts 1-4, "trl" runs TRL's GRPO step. Each part is
-skipped, and says so, when the budget left is too small for it.
+Worker processes, one after the other (each its own peak memory; a crash or hang in one
+leaves the others' figures): "ours" runs parts 1-4, "trl" runs TRL's GRPO step, "hfcb" the
+reference below. TRL's worker keeps --trl-s seconds of the budget (1.7b: 150), tracerl's
+gets the rest, the reference what TRL leaves. Each part is skipped, and says so, when the
+budget left is too small for it.
 
   1 sampling   `BatchedHFSampler.generate_batch`: P prompts x G samples (64 rows) x NEW new
                tokens, stop tokens off (every row samples NEW tokens), after a short warm-up,
                decoding as --decode says (dynamic: transformers' growing cache; static:
                `model.kv_cache: static`; compiled: static and `model.compile`, CUDA graphs
-               on a GPU; parts 2-4 decode the same way), then in the other two modes;
-               against HF `generate` on the same rows as GRPOTrainer calls it (its
-               GenerationConfig: do_sample, temperature 1, top_k 0, top_p 1, disable_compile;
-               min_new_tokens=NEW so it runs as long; under the model's autocast as
+               on a GPU; parts 2-4 decode the same way), then (after parts 2-4, while the
+               budget lasts) in the other two modes beside --decode's again on the weights
+               the GRPO steps left; against HF `generate` on the same rows as GRPOTrainer
+               calls it (its GenerationConfig: do_sample, temperature 1, top_k 0, top_p 1,
+               disable_compile; min_new_tokens=NEW so it runs as long; under the model's autocast as
                accelerate's bf16 does). The memory-bound limit: a decode step at batch B must
                read the weights (bf16: 2 bytes a parameter) and the KV cache (2 x layers x KV
                heads x head dim x 2 bytes per token of context, at the mean context of the
@@ -60,6 +63,9 @@ skipped, and says so, when the budget left is too small for it.
                HF_HUB_OFFLINE=1 and USE_HUB_KERNELS=0 (transformers 5.25's switch for the
                `kernels` hub layers: with it on, TRL's path asks the hub for
                ``kernels-community/rotary``).
+  1 reference  after TRL, while the budget lasts (--hf-cb on): part 1's rows through
+               transformers' own continuous batching (`generate_batch`, paged KV cache, log-
+               probs on), in plain bf16 on a GPU, a third process: its tokens/s beside ours
   5 memory     every part's peak: `torch.cuda.max_memory_allocated()` after a reset at the
                part's start (weights included); on a CPU the process's peak RSS (VmHWM,
                reset through /proc/self/clear_refs at the part's start).
@@ -333,18 +339,23 @@ def time_sampling(sampler: Any, reqs: list[Any], m: Machine, left: Any) -> tuple
 
 
 def compare_decode_modes(
-    model: Any, reqs: list[Any], first: list[Any], dt: float, a: Any, m: Machine, left: Any
+    model: Any, sampler: Any, reqs: list[Any], a: Any, m: Machine, left: Any
 ) -> dict[str, Any]:
-    """Part 1 again in the decode modes --decode did not use (each while the budget has
-    room for it: compiling takes a while): tokens/s, the ratio to --decode's (whose results
-    are `first`, in `dt` s), and how many seeded rows drew --decode's tokens (all, up to
-    the rounding of batched bf16 kernels breaking a near-tie)."""
-    rate = sum(len(r.token_ids) for r in first) / dt
+    """Part 1 again in the decode modes --decode did not use, after parts 2-4 (their
+    figures first; each mode while the budget has room for it: compiling takes a while):
+    --decode's `sampler` once more on the weights the GRPO steps left, then each other mode:
+    tokens/s, the ratio to --decode's, and how many seeded rows drew --decode's tokens (all,
+    up to the rounding of batched bf16 kernels breaking a near-tie)."""
     out: dict[str, Any] = {}
+    first, reps = time_sampling(sampler, reqs, m, left)
+    dt = min(reps)
+    rate = sum(len(r.token_ids) for r in first) / dt
+    out["baseline"] = {"decode": a.decode, "tok_per_s": rate, "runs_s": reps}
+    say(f"[1] decode modes: --decode {a.decode} again on the trained weights: {rate:,.0f} tokens/s")
     for mode in DECODE_MODES:
         if mode == a.decode:
             continue
-        need = 3 * dt + (90 if mode == "compiled" else 10) + a.reserve_for_step + 60
+        need = 3 * dt + (90 if mode == "compiled" else 10)
         if left() < need:
             out[mode] = {"skipped": f"{left():.0f} s left, needs ~{need:.0f} s"}
             say(f"    decode {mode}: skipped ({out[mode]['skipped']})")
@@ -471,8 +482,6 @@ def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
             s["hf_generate"] = {"skipped": f"{left():.0f} s left"}
             say("    HF generate: skipped (budget)")
         save()
-        s["decode_modes"] = compare_decode_modes(model, reqs, out, dt, a, m, left)
-        save()
 
     # ---- part 2: multi-turn, tools that take --tool-s ----
     est_turn = rows * a.turn_tokens / rate if rate else 30.0
@@ -598,6 +607,19 @@ def worker_ours(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
                     continue
                 save_part(res, "learner", part, save)
                 break
+
+    # ---- part 1 again: the other decode modes, while the budget lasts ----
+    if "tok_per_s" in res.get("sampling", {}):
+        model.zero_grad(set_to_none=True)  # the learner's gradients: not the sampler's memory
+        gc.collect()
+        if m.cuda:
+            torch.cuda.empty_cache()
+        if left() < 3 * res["sampling"]["time_s"] + 15:
+            res["sampling"]["decode_modes"] = {"skipped": f"{left():.0f} s left"}
+            say(f"[1] decode modes: skipped ({left():.0f} s left)")
+        else:
+            res["sampling"]["decode_modes"] = compare_decode_modes(model, sampler, reqs, a, m, left)
+        save()
 
 
 class NoToolParser:
@@ -1006,6 +1028,69 @@ def worker_trl(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
     save()
 
 
+# ---- the worker: transformers' own continuous batching (a reference) -----------------------
+def worker_hfcb(a: argparse.Namespace, res: dict[str, Any], save: Any) -> None:
+    """Part 1's rows through transformers' own continuous batching (`generate_batch`: a
+    paged KV cache, its scheduler, CUDA graphs where it captures them), with log-probs, in
+    plain bf16 on a GPU (its loop runs in a thread of its own, where the caller's autocast
+    does not reach, so fp32 master weights would decode in fp32). A reference for the
+    sampler, not a candidate for it: it draws every row's token in one ``multinomial`` from
+    the global generator, so a seeded request's tokens depend on its batch-mates (docs/
+    rollout.md: "Why not transformers' continuous batching")."""
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    m = Machine(a.device)
+    res["versions"] = {"transformers": transformers.__version__}
+    tok = tokenizer(a.tokenizer)
+    model, info = build(a.shape, a.device, tok)
+    if m.cuda:
+        model = model.to(torch.bfloat16)
+    res["model"] = info
+    ids = prompt_ids(tok, arithmetic_tasks(a.prompts))
+    inputs = [ids[i // a.group] for i in range(a.prompts * a.group)]
+    gen = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=a.new_tokens,
+        eos_token_id=None,  # as our rows: every row samples NEW tokens
+        pad_token_id=tok.pad_token_id,
+    )
+    # its KV cache: on a GPU as it sizes it (most of the free memory, as a serving engine
+    # would); on a CPU, where it would size it from the machine's memory (14 GiB for the
+    # tiny shape), the pages these rows need
+    pages = -(-(max(len(x) for x in inputs) + a.new_tokens) // 256)
+    cb = {} if m.cuda else {"num_blocks": len(inputs) * pages + 1}
+    runs: list[dict[str, float]] = []
+    part: dict[str, Any] = {"runs": runs, "dtype": str(next(model.parameters()).dtype)}
+    res["hf_continuous"] = part
+    m.reset_peak()
+    for warmup in (True, False):  # the first run includes its warm-up (graph capture)
+        t0 = m.now()
+        out = model.generate_batch(
+            inputs,
+            generation_config=gen,
+            continuous_batching_config=ContinuousBatchingConfig(return_logprobs=True, seed=0, **cb),
+            warmup=warmup,
+        )
+        dt = m.now() - t0
+        tokens = sum(len(o.generated_tokens) for o in out.values())
+        runs.append({"time_s": dt, "tokens": tokens, "warmup": warmup})
+        part.update(tok_per_s=tokens / dt, time_s=dt, tokens=tokens, peak_gib=m.peak_gib())
+        save()
+        say(
+            f"[1] transformers continuous batching (reference){' incl. warm-up' if warmup else ''}"
+            f": {tokens} tokens in {dt:.2f} s: {tokens / dt:,.0f} tokens/s; peak "
+            f"{part['peak_gib']:.2f} GiB ({part['dtype']})"
+        )
+        if a.deadline - time.time() < 2 * dt + 5:
+            break
+
+
 # ---- the orchestrator ------------------------------------------------------------------------
 def run_worker(which: str, a: argparse.Namespace, deadline: float, scratch: Path) -> dict[str, Any]:
     """One worker process, stopped at `deadline`; what it wrote so far (and why it ended)."""
@@ -1043,8 +1128,11 @@ def fmt(x: Any, spec: str = ",.0f", unit: str = "") -> str:
     return f"{x:{spec}}{unit}"
 
 
-def table(a: argparse.Namespace, ours: dict[str, Any], trl: dict[str, Any]) -> list[str]:
-    """The markdown table: figure, ours, TRL, ours/TRL."""
+def table(
+    a: argparse.Namespace, ours: dict[str, Any], trl: dict[str, Any], hfcb: dict[str, Any]
+) -> list[str]:
+    """The markdown table: figure, ours, TRL, ours/TRL (and one row against transformers'
+    continuous batching, `hfcb`: the reference worker's figures)."""
     s, mt, ln = ours.get("sampling", {}), ours.get("multi_turn", {}), ours.get("learner", {})
     st, tt = ours.get("grpo_step", {}), trl.get("grpo_step", {})
     hf = s.get("hf_generate", {}) if isinstance(s.get("hf_generate"), dict) else {}
@@ -1090,7 +1178,19 @@ def table(a: argparse.Namespace, ours: dict[str, Any], trl: dict[str, Any]) -> l
         "%",
     )
     row("1 sampling", "peak memory, GiB", s.get("peak_gib"), hf.get("peak_gib"), ".2f", "")
+    if hfcb.get("tok_per_s"):
+        row(
+            "1 sampling",
+            f"the same rows, tokens/s (here not TRL but transformers' continuous batching, "
+            f"generate_batch, {hfcb.get('dtype', '?').removeprefix('torch.')}: a reference)",
+            s.get("tok_per_s"),
+            hfcb["tok_per_s"],
+            ",.0f",
+            "",
+        )
     for mode, d in (s.get("decode_modes") or {}).items():
+        if mode not in DECODE_MODES or not isinstance(d, dict):
+            continue
         row(
             "1 sampling",
             f"the same, decode {mode} (the rows above: --decode {a.decode}), tokens/s",
@@ -1175,7 +1275,7 @@ def orchestrate(a: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_step_") as tmp:
         scratch = Path(tmp)
         usable = a.budget - REPORT_S
-        ours_end = t_start + usable * (a.ours_share if not a.no_trl else 1.0)
+        ours_end = t_start + usable - (0 if a.no_trl else a.trl_s)
         ours = run_worker("ours", a, ours_end, scratch)
         if ours["rc"] != 0:
             say(f"ours: ended with {ours['rc']}" + (f": {ours.get('error', '')[-800:]}"))
@@ -1190,8 +1290,19 @@ def orchestrate(a: argparse.Namespace) -> int:
             if trl["rc"] != 0:
                 err = trl.get("error", "")
                 say(f"TRL: ended with {trl['rc']}" + (f": {err[-1500:]}" if err else ""))
+        hfcb: dict[str, Any] = {}
+        if a.hf_cb == "off":
+            hfcb = {"skipped": "--hf-cb off"}
+        elif end - REPORT_S - time.time() < a.need_sampling + 15:
+            hfcb = {"skipped": f"{end - REPORT_S - time.time():.0f} s left"}
+            say(f"[1] transformers continuous batching: skipped ({hfcb['skipped']})")
+        else:
+            hfcb = run_worker("hfcb", a, end - REPORT_S, scratch)
+            if hfcb["rc"] != 0:
+                err = hfcb.get("error", "")
+                say(f"hfcb: ended with {hfcb['rc']}" + (f": {err[-800:]}" if err else ""))
     st, tt = ours.get("grpo_step", {}), trl.get("grpo_step", {})
-    lines = table(a, ours, trl)
+    lines = table(a, ours, trl, hfcb.get("hf_continuous") or {})
     date = time.strftime("%Y-%m-%d")
     cmd = "python benchmarks/gpu_step.py " + " ".join(sys.argv[1:])
     head = [
@@ -1203,7 +1314,7 @@ def orchestrate(a: argparse.Namespace) -> int:
         "",
     ]
     notes = []
-    for side, r in (("tracerl", ours), ("TRL", trl)):
+    for side, r in (("tracerl", ours), ("TRL", trl), ("transformers CB", hfcb)):
         for k, v in r.items():
             if isinstance(v, dict) and v.get("skipped"):
                 notes.append(f"- {side} {k}: skipped ({v['skipped']})")
@@ -1220,7 +1331,7 @@ def orchestrate(a: argparse.Namespace) -> int:
     doc = "\n".join(head + lines + (["", *notes] if notes else [])) + "\n"
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(doc)
-    write_json(js, {"args": vars(a), "date": date, "ours": ours, "trl": trl})
+    write_json(js, {"args": vars(a), "date": date, "ours": ours, "trl": trl, "hfcb": hfcb})
     say("")
     say(doc)
     say(f"report: {md} (JSON: {js})")
@@ -1258,10 +1369,11 @@ def main() -> int:
     )
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument(
-        "--ours-share",
+        "--trl-s",
         type=float,
-        default=0.55,
-        help="share of the budget for tracerl's worker (TRL gets the rest)",
+        default=None,
+        help="seconds of the budget kept for TRL's worker (1.7b: 150, tiny: 45); tracerl's "
+        "worker gets the rest, and the reference (--hf-cb) what TRL leaves",
     )
     ap.add_argument(
         "--decode",
@@ -1270,7 +1382,14 @@ def main() -> int:
         help="the sampler's decoding for every part (part 1 also times the other modes)",
     )
     ap.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: SmolLM2's)")
-    ap.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--hf-cb",
+        choices=("on", "off"),
+        default="on",
+        help="after TRL, while the budget lasts: part 1's rows through transformers' own "
+        "continuous batching (a reference)",
+    )
+    ap.add_argument("--worker", choices=("ours", "trl", "hfcb"), help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -1288,6 +1407,7 @@ def main() -> int:
         a.peak_flops = 989e12
     a.need_sampling = 30 if big else 10  # seconds a part needs at least
     a.need_trl = 90 if big else 30
+    a.trl_s = max(a.need_trl, a.trl_s if a.trl_s is not None else (150 if big else 45))
     a.reserve_for_step = 40 if big else 15  # part 2 leaves this for the GRPO step
     if not a.worker:
         return orchestrate(a)
@@ -1298,7 +1418,7 @@ def main() -> int:
         write_json(path, res)
 
     try:
-        (worker_ours if a.worker == "ours" else worker_trl)(a, res, save)
+        {"ours": worker_ours, "trl": worker_trl, "hfcb": worker_hfcb}[a.worker](a, res, save)
         res["done"] = True
         save()
         return 0
