@@ -81,7 +81,7 @@ def play(bundle: Any, a: argparse.Namespace, continuous: bool) -> dict[str, floa
     calls = a.turns - 1
     policy = Policy(timed, bundle.renderer, ScriptedCallParser(calls), bundle.model_id)
     cfg = RolloutConfig(
-        budgets=Budgets(steps=a.turns, tool_calls=calls, sampled_tokens=None),
+        budgets=Budgets(steps=a.turns, tool_calls=None, sampled_tokens=None),  # calls: the parser's
         reserve=None,
         max_turn_tokens=a.turn_tokens,
     )

@@ -767,7 +767,7 @@ def multi_turn(model: Any, tok: Any, sampler: Any, a: argparse.Namespace, m: Mac
     rounds = a.turns - 1
     policy = Policy(sampler, ChatRenderer(tok), ScriptedCallParser(rounds), f"random-{a.shape}")
     cfg = RolloutConfig(
-        budgets=Budgets(steps=a.turns, tool_calls=rounds, sampled_tokens=None),
+        budgets=Budgets(steps=a.turns, tool_calls=None, sampled_tokens=None),  # calls: the parser's
         reserve=None,
         max_turn_tokens=a.turn_tokens,
         max_parse_errors=1,

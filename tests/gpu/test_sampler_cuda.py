@@ -93,3 +93,39 @@ def test_under_bf16_mixed_compiled_log_probs_match_the_learners_recompute(gpu):
             mixed(input_ids=torch.tensor([[1, 5, 9]], device=gpu)).logits.float().mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+
+def test_a_next_turn_from_kept_keys_and_values_matches_a_full_prefill(gpu):
+    """Prefix caching on the GPU default precision (`bf16-mixed`: the kept keys and values
+    are bf16, as the model computed them): an episode's next turns, started from what its
+    last turn kept, draw log-probs a full forward under the learner's autocast gives them
+    (the same bf16 tolerance), batched with a new episode; and after an update (a new
+    policy version) nothing old is reused."""
+    from tracerl.models.placement import computing
+
+    mixed = place(load("tiny-random").model, resolve(gpu, "auto", "bf16-mixed"))
+    sampler = BatchedHFSampler(mixed, seed=0, max_batch_size=8)
+    first = _requests(3, max_tokens=12)
+    first = [SampleRequest(r.prompt_ids, 12, frozenset(), seed=r.seed, episode_id=f"e{i}")
+             for i, r in enumerate(first)]  # fmt: skip
+    results = sampler.generate_batch(first)
+    tool = (17, 23, 99, 4, 31, 8)
+    nxt = [SampleRequest((*r.prompt_ids, *x.token_ids, *tool), 12, frozenset(), seed=10 + i,
+                         episode_id=r.episode_id)
+           for i, (r, x) in enumerate(zip(first, results, strict=True))]  # fmt: skip
+    nxt.append(SampleRequest(_requests(4)[3].prompt_ids, 12, frozenset(), seed=9, episode_id="n"))
+    got = sampler.generate_batch(nxt)
+    assert sampler.prefixes.stats.hits == 3
+    gaps = []
+    for req, res in zip(nxt, got, strict=True):
+        ids = torch.tensor([[*req.prompt_ids, *res.token_ids]], device=gpu)
+        with torch.no_grad(), computing(mixed):
+            logits = mixed(input_ids=ids).logits[0, len(req.prompt_ids) - 1 : -1].float()
+        full = torch.log_softmax(logits, -1).gather(1, ids[0, len(req.prompt_ids) :, None])
+        gaps.append((full[:, 0].cpu() - torch.tensor(res.logprobs)).abs())
+    gap = torch.cat(gaps)
+    assert gap.max() < 0.1 and gap.mean() < 0.02, (gap.max(), gap.mean())
+    sampler.policy_version += 1
+    sampler.generate_batch([SampleRequest((*nxt[0].prompt_ids, *got[0].token_ids), 4,
+                                          frozenset(), seed=1, episode_id="e0")])  # fmt: skip
+    assert sampler.prefixes.stats.hits == 3 and sampler.prefixes.stats.cleared == 1

@@ -118,6 +118,13 @@ class ModelConfig(_Config):
     step). The first batch of each cache size pays the compilation (about 20 s for
     tiny-random on 2 CPU cores); a step that fails to compile warns and decodes eagerly.
     Needs ``kv_cache: static``. Unmeasured on a GPU (docs/gpu.md)."""
+    prefix_cache_gb: float = Field(1.0, ge=0)
+    """GiB the in-process sampler (``engine: hf``, ``kv_cache: dynamic``) may keep of each
+    finished turn's keys and values, so that its episode's next turn prefills only what
+    follows the longest common prefix (its new tool output and template tokens, not the
+    whole conversation again); oldest first out, emptied whenever the weights change
+    (``policy_version``). 0: off. The tokens drawn are the same either way (up to the
+    floating-point noise of a different kernel order)."""
     lora: LoraConfig | None = None
     """LoRA adapters (needs `peft`); None trains every weight."""
     engine: Literal["hf", "vllm"] = "hf"

@@ -47,23 +47,31 @@ slot goes to the next turn that joins); with ``compile=True`` that step is ``tor
 (CUDA graphs on a GPU), and under ``bf16-mixed`` it reads bf16 copies of the matmul weights
 refreshed at every batch (`tracerl.models.cast_weights`).
 
-Simplifications: no prefix caching across turns (each turn re-prefills its whole prompt),
-and one event loop at a time (the worker is restarted on whichever loop calls next). If a
-batch fails, its requests not yet answered are retried one by one, so one bad request does
-not fail its batch-mates; if the worker itself fails, every waiting caller gets the error.
+Prefix caching (`tracerl.rollout.prefix_cache`, ``prefix_cache_gb``, dynamic cache only): a
+finished row's keys and values are kept under its episode, and the episode's next turn
+prefills only what follows the longest common prefix of those tokens and its new prompt (its
+kept positions right-aligned in the cache, its new tokens right-aligned after them, the gaps
+masked); emptied when the weights change, dropped when the episode ends (`end_episode`).
+
+Simplifications: one event loop at a time (the worker is restarted on whichever loop calls
+next). If a batch fails, its requests not yet answered are retried one by one, so one bad
+request does not fail its batch-mates; if the worker itself fails, every waiting caller
+gets the error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tracerl.models.cast_weights import CastWeights, castable
 from tracerl.rollout.batch_queue import BatchQueue
 from tracerl.rollout.decode_batch import GrowingBatch, SlotBatch, StaticSlots, slot_length
+from tracerl.rollout.prefix_cache import PrefixStore
 from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
 log = logging.getLogger(__name__)
@@ -84,14 +92,17 @@ class BatchStats:
 
 
 class WeightsLock:
-    """The lock a batch holds on the weights while it samples, and the learner's update
-    while it changes them, counting who waits for it: a batch stops taking in new turns
-    while an update waits, so continuous batching never starves the learner."""
+    """The lock a batch holds on the weights while it samples (`reading`), and the learner's
+    update or a weight sync while it changes them (``with lock:``), counting who waits for
+    it: a batch stops taking in new turns while an update waits, so continuous batching
+    never starves the learner. `writes` counts the times it was held to change the weights
+    (kept keys and values of an older count are stale: `tracerl.rollout.prefix_cache`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count = threading.Lock()
         self.waiting = 0
+        self.writes = 0
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         with self._count:
@@ -110,10 +121,20 @@ class WeightsLock:
 
     def __enter__(self) -> WeightsLock:
         self.acquire()
+        self.writes += 1  # held to change the weights (or by someone this lock cannot tell)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Held by a batch that only reads the weights."""
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
 
 
 def _default_pad(model: Any) -> int:
@@ -141,6 +162,7 @@ class BatchedHFSampler(BatchQueue):
         pad_token_id: int | None = None,
         kv_cache: str = "dynamic",
         compile: bool = False,
+        prefix_cache_gb: float = 1.0,
     ) -> None:
         import torch
 
@@ -149,6 +171,8 @@ class BatchedHFSampler(BatchQueue):
         super().__init__(max_batch_size)
         if kv_cache not in ("dynamic", "static"):
             raise ValueError(f"kv_cache must be 'dynamic' or 'static', got {kv_cache!r}")
+        if prefix_cache_gb < 0:
+            raise ValueError(f"prefix_cache_gb must be >= 0 (0: off), got {prefix_cache_gb}")
         if compile and kv_cache != "static":
             raise ValueError(
                 "compile=True needs kv_cache='static' (a compiled decode step needs shapes "
@@ -176,6 +200,10 @@ class BatchedHFSampler(BatchQueue):
         self.stats = BatchStats()
         self._cache_kw = _cache_keyword(model)
         self._model_lock = WeightsLock()
+        # each finished turn's keys and values, for its episode's next turn (dynamic cache)
+        self.prefix_cache_gb = prefix_cache_gb
+        self.prefixes = PrefixStore(int(prefix_cache_gb * 2**30))
+        self._weights_now: tuple[int, int] = (policy_version, 0)
 
     def with_temperature(self, temperature: float, seed: int) -> BatchedHFSampler:
         """A second sampler over the same weights (and the same lock: an update waits for
@@ -190,6 +218,7 @@ class BatchedHFSampler(BatchQueue):
             pad_token_id=self.pad_token_id,
             kv_cache=self.kv_cache,
             compile=self.compile,
+            prefix_cache_gb=self.prefix_cache_gb,  # a store of its own: its version is its own
         )
         other._model_lock = self._model_lock
         other._slot_store = self._slot_store  # the lock keeps their batches apart
@@ -212,7 +241,7 @@ class BatchedHFSampler(BatchQueue):
 
         temperature = self.temperature or 1.0
         out: list[dict[int, tuple[float, int]] | None] = [None]
-        with self._model_lock, torch.no_grad():
+        with self._model_lock.reading(), torch.no_grad():
             x = torch.tensor([ids], device=device_of(self.model))
             with computing(self.model):
                 logits_T_V = self.model(input_ids=x).logits[0, :-1]
@@ -278,9 +307,10 @@ class BatchedHFSampler(BatchQueue):
 
         # one autocast region for the whole batch (under bf16-mixed): fp32 weights are cast
         # to bf16 once and the cast reused by every decode step, not cast again per token
-        with self._model_lock, torch.no_grad(), computing(self.model):
+        with self._model_lock.reading(), torch.no_grad(), computing(self.model):
             # read under the lock the learner's step takes: the version of these weights
             version = self.policy_version if policy_version is None else policy_version
+            self._weights_now = (version, self._model_lock.writes)
             if self._casts is not None:
                 self._casts.refresh()  # the weights as they are now (an update may have run)
             self.stats.batches += 1
@@ -304,6 +334,7 @@ class BatchedHFSampler(BatchQueue):
                             tokens[b], logprobs[b], "stop" if stop else "length", version
                         )
                         results[b] = out
+                        self._keep_prefix(batch, i, served[b], tokens[b])
                         if deliver is not None:  # its caller goes on now, not with the batch
                             deliver(b, out)
                     else:
@@ -342,16 +373,105 @@ class BatchedHFSampler(BatchQueue):
 
         slot: dict[tuple[int, ...], int] = {}
         which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
-        ids_U_T, mask_U_T = self._left_pad(list(slot))
-        mask_U_T = mask_U_T.to(dev)
-        pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
-        logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
+        prompts = list(slot)
+        kept = self._kept_prefixes(requests, which, prompts)
+        if any(kept):
+            logits_U_V, cache, mask_U_T = self._prefill_after(prompts, kept, dev)
+        else:
+            ids_U_T, mask_U_T = self._left_pad(prompts)
+            mask_U_T = mask_U_T.to(dev)
+            pos_U_T = (mask_U_T.cumsum(-1) - 1).clamp(min=0)
+            logits_U_V, cache = self._forward(ids_U_T, mask_U_T, pos_U_T, None, dev)
         which_B = torch.tensor(which, device=dev)
         if len(slot) < len(requests):
             cache.batch_select_indices(which_B)
             self.stats.shared_prefills += len(requests) - len(slot)
         mask_B_T = mask_U_T[which_B]
         return logits_U_V[which_B], cache, mask_B_T, mask_B_T.sum(-1)
+
+    def _kept_prefixes(
+        self, requests: Sequence[SampleRequest], which: list[int], prompts: list[tuple[int, ...]]
+    ) -> list[tuple[int, list[tuple[Any, Any]]] | None]:
+        """Per distinct prompt, the longest kept prefix one of its requests' episodes left
+        (`PrefixStore.take`; each request's entry is taken either way), or None. Only with
+        the dynamic cache (static slots place rows by their prompts' width)."""
+        kept: list[tuple[int, list[tuple[Any, Any]]] | None] = [None] * len(prompts)
+        if not self.prefixes.max_bytes or self.kv_cache != "dynamic":
+            return kept
+        for r, u in zip(requests, which, strict=True):
+            if r.episode_id is None:
+                continue
+            got = self.prefixes.take(r.episode_id, prompts[u], self._weights_now)
+            if got is not None and (kept[u] is None or got[0] > kept[u][0]):  # type: ignore[index]
+                kept[u] = got
+        for got in kept:
+            if got is not None:
+                self.prefixes.stats.hits += 1
+                self.prefixes.stats.reused_tokens += got[0]
+        return kept
+
+    def _prefill_after(
+        self,
+        prompts: list[tuple[int, ...]],
+        kept: list[tuple[int, list[tuple[Any, Any]]] | None],
+        dev: Any,
+    ) -> tuple[Any, Any, Any]:
+        """Prefill `prompts` where some start from kept keys and values: row u's kept `n`
+        positions sit right-aligned in a cache of the longest kept length C (zeros before
+        them, masked), and only its remaining tokens are fed, right-aligned in a block of the
+        longest remainder S (pads before them, masked), at positions n, n+1, ... So each
+        row's mask over the C + S columns is [0.. | 1 x n | 0.. | 1 x rest]: every real token
+        sees exactly its own prefix. The rows' last logits, the cache and the mask."""
+        import torch
+        from transformers import DynamicCache
+
+        n_U = [got[0] if got is not None else 0 for got in kept]
+        c, s = max(n_U), max(len(p) - n for p, n in zip(prompts, n_U, strict=True))
+        ids_U_S = torch.full((len(prompts), s), self.pad_token_id, dtype=torch.long)
+        pos_U_S = torch.zeros((len(prompts), s), dtype=torch.long)
+        mask_U_W = torch.zeros((len(prompts), c + s), dtype=torch.long)
+        for u, (p, n) in enumerate(zip(prompts, n_U, strict=True)):
+            rest = len(p) - n
+            ids_U_S[u, s - rest :] = torch.tensor(p[n:], dtype=torch.long)
+            pos_U_S[u, s - rest :] = torch.arange(n, len(p))
+            mask_U_W[u, c - n : c] = 1
+            mask_U_W[u, c + s - rest :] = 1
+        sample = next(got[1] for got in kept if got is not None)
+        cache = DynamicCache(config=self.model.config)
+        for li, (layer, (k0, v0)) in enumerate(zip(cache.layers, sample, strict=True)):
+            keys = k0.new_zeros((len(prompts), k0.shape[0], c, k0.shape[-1]))
+            values = v0.new_zeros((len(prompts), v0.shape[0], c, v0.shape[-1]))
+            for u, got in enumerate(kept):
+                if got is not None:
+                    n, layers = got
+                    keys[u, :, c - n :] = layers[li][0]
+                    values[u, :, c - n :] = layers[li][1]
+            layer.update(keys, values)
+        mask_U_W = mask_U_W.to(dev)
+        logits_U_V, cache = self._forward(ids_U_S, mask_U_W, pos_U_S, cache, dev)
+        return logits_U_V, cache, mask_U_W
+
+    def end_episode(self, episode_id: str) -> None:
+        """`episode_id` will ask for no more turns: its kept keys and values go now."""
+        self.prefixes.forget(episode_id)
+
+    def _keep_prefix(self, batch: Any, i: int, request: SampleRequest, tokens: list[int]) -> None:
+        """Keep row `i`'s keys and values (its prompt and its sampled tokens but the last,
+        never fed) for its episode's next turn (`tracerl.rollout.prefix_cache`)."""
+        if not self.prefixes.max_bytes or request.episode_id is None:
+            return
+        layers = batch.row_cache(i)
+        if layers is None:
+            return
+        seq = (*request.prompt_ids, *tokens[:-1])
+        if layers[0][0].shape[1] != len(seq):  # never expected: keep nothing rather than lie
+            log.warning(
+                "prefix cache: row holds %d positions for %d tokens; not kept",
+                layers[0][0].shape[1],
+                len(seq),
+            )
+            return
+        self.prefixes.put(request.episode_id, seq, layers, self._weights_now)
 
     def _pick(self, logits_B_V: Any, gens: Sequence[Any]) -> tuple[Any, Any]:
         """Each row's next token and its log-prob, computed where the logits are (the model's
@@ -384,7 +504,7 @@ class BatchedHFSampler(BatchQueue):
         if self.kv_cache == "static":
             from tracerl.models.placement import device_of
 
-            with self._model_lock:  # never while a batch decodes from the slots
+            with self._model_lock.reading():  # never while a batch decodes from the slots
                 self._static_slots(positions, rows, device_of(self.model))
 
     def _static_slots(self, need: int, rows: int, dev: Any) -> StaticSlots:

@@ -61,6 +61,18 @@ class GrowingBatch:
     def fits(self, request: Any) -> bool:
         return self.joinable
 
+    def row_cache(self, i: int) -> list[tuple[Any, Any]] | None:
+        """Row `i`'s keys and values at its real positions (a copy: per layer [heads,
+        positions, head_dim]), for its episode's next turn; None for a cache rows cannot
+        join (its kept keys and values could not be merged back either)."""
+        if not self.joinable:
+            return None
+        real_N = self.mask_R_T[i].nonzero()[:, 0]  # one host sync for the row, not per layer
+        return [
+            (ly.keys[i].index_select(1, real_N), ly.values[i].index_select(1, real_N))
+            for ly in self.cache.layers
+        ]
+
     def keep(self, keep: list[int], index_R: Any) -> None:
         """Only the rows at `keep` (`index_R`: the same on the device) go on."""
         self.cache.batch_select_indices(index_R)
@@ -204,6 +216,11 @@ class SlotBatch:
         self.slots_R += free
         self._slots_dev = None
         return logits_J_V
+
+    def row_cache(self, i: int) -> None:
+        """Static slots keep nothing for a next turn (their rows are placed by their
+        prompts' width, which a kept prefix's layout would exceed)."""
+        return None
 
     def fits(self, request: Any) -> bool:
         s = self.slots

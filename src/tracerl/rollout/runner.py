@@ -86,6 +86,8 @@ async def run_episode(
     try:
         return await run.run()
     finally:
+        if (ended := getattr(policy.sampler, "end_episode", None)) is not None:
+            ended(run.episode_id)  # a sampler keeping its turns' keys and values drops them
         try:
             await env.close()
         except Exception as e:  # a finished episode is kept even if cleanup fails

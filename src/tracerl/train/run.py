@@ -173,6 +173,7 @@ class Run:
             max_batch_size=m.max_batch_size,
             kv_cache=m.kv_cache,
             compile=m.compile,
+            prefix_cache_gb=m.prefix_cache_gb,
         )
 
     @cached_property

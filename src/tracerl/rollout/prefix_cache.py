@@ -1,0 +1,140 @@
+"""Keys and values an episode's last turn computed, kept for its next turn (prefix caching).
+
+A multi-turn episode's next prompt is its last prompt, the tokens it sampled, the tool's
+answer and the chat template's scaffolding: everything up to the sampled tokens was already
+run through the model, and a causal model's keys and values at a position depend only on the
+tokens up to it. `BatchedHFSampler` (with the dynamic cache) keeps each finished row's keys
+and values here under its episode; the episode's next turn takes them back and prefills only
+what follows the longest common prefix of the kept tokens and its new prompt. So a turn costs
+its new tokens, not its whole conversation: on a CPU, prefilling 8 rows of 1,200 tokens of
+SmolLM2-135M takes as long as 85 decode steps (docs/rollout.md has the figures).
+
+Exactness: the kept keys and values are the ones the model computed for exactly those tokens
+at exactly those positions, so the next turn sees what a full prefill would compute, up to
+the floating-point noise of a different kernel order (as with batching). A prompt that is not
+an extension (a compacted context, a stripped reasoning block) reuses only the common prefix.
+
+Staleness: keys and values belong to the weights that made them. Every entry is stamped with
+the weights' version (the sampler's ``policy_version`` and the weights lock's count of
+writers); a lookup under any other version empties the store first. tracerl's loops bump
+``policy_version`` with every update, and every writer of the weights that shares the lock
+(an async learner, a weight sync) bumps the lock's count.
+
+Memory: at most ``max_bytes`` (``model.prefix_cache_gb``), least recently stored first out;
+an entry is taken (removed) by the turn that uses it, which stores its own when it ends, and
+dropped when its episode ends (`forget`: the rollout runner tells the sampler), so between
+steps, while the learner updates, the store holds nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class PrefixStats:
+    """What the store saved, for `BatchStats` and the benchmarks."""
+
+    hits: int = 0
+    """Turns that prefilled after a kept prefix."""
+    reused_tokens: int = 0
+    """Prompt tokens not prefilled again."""
+    stored: int = 0
+    evicted: int = 0
+    """Entries dropped to stay under the memory cap."""
+    cleared: int = 0
+    """Times the weights changed and the store was emptied."""
+
+
+@dataclass
+class Entry:
+    tokens: tuple[int, ...]
+    """The tokens the keys and values are of (a turn's prompt and its sampled tokens but the
+    last, which was never fed)."""
+    layers: list[tuple[Any, Any]]
+    """Per layer, keys and values of shape [heads, len(tokens), head_dim]."""
+    nbytes: int
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of `a` and `b`."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PrefixStore:
+    """Kept keys and values by episode, under one weights version, within a memory cap."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.version: Hashable = None
+        self.bytes = 0
+        self.stats = PrefixStats()
+        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._lock = threading.Lock()  # batches store and take in a worker thread
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _at(self, version: Hashable) -> None:
+        if version != self.version:
+            if self._entries:
+                self.stats.cleared += 1
+            self._entries.clear()
+            self.bytes = 0
+            self.version = version
+
+    def take(
+        self, key: Hashable, prompt: Sequence[int], version: Hashable
+    ) -> tuple[int, list[tuple[Any, Any]]] | None:
+        """The kept keys and values `prompt` can start from: ``(n, layers)``, the first `n`
+        positions (at most all but the prompt's last token: a forward needs one token to
+        give the next logits), or None. The entry is removed either way."""
+        with self._lock:
+            self._at(version)
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return None
+            self.bytes -= entry.nbytes
+        n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        if n <= 0:
+            return None
+        return n, [(k[:, :n], v[:, :n]) for k, v in entry.layers]
+
+    def put(
+        self, key: Hashable, tokens: Sequence[int], layers: list[tuple[Any, Any]], version: Hashable
+    ) -> None:
+        """Keep `layers` (per layer keys and values [heads, len(tokens), head_dim]) for
+        `key`'s next turn, dropping the oldest entries while over the cap."""
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        with self._lock:
+            self._at(version)
+            self._drop(key)
+            if nbytes > self.max_bytes:
+                return
+            while self._entries and self.bytes + nbytes > self.max_bytes:
+                _, dropped = self._entries.popitem(last=False)
+                self.bytes -= dropped.nbytes
+                self.stats.evicted += 1
+            self._entries[key] = Entry(tuple(tokens), layers, nbytes)
+            self.bytes += nbytes
+            self.stats.stored += 1
+
+    def forget(self, key: Hashable) -> None:
+        """Drop `key`'s entry (its episode ended: no turn will take it)."""
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key: Hashable) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old.nbytes
