@@ -402,7 +402,8 @@ class BatchedHFSampler(BatchQueue):
             if r.episode_id is None:
                 continue
             got = self.prefixes.take(r.episode_id, prompts[u], self._weights_now)
-            if got is not None and (kept[u] is None or got[0] > kept[u][0]):  # type: ignore[index]
+            best = kept[u]
+            if got is not None and (best is None or got[0] > best[0]):
                 kept[u] = got
         for got in kept:
             if got is not None:
