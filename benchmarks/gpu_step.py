@@ -1279,28 +1279,30 @@ def orchestrate(a: argparse.Namespace) -> int:
         ours = run_worker("ours", a, ours_end, scratch)
         if ours["rc"] != 0:
             say(f"ours: ended with {ours['rc']}" + (f": {ours.get('error', '')[-800:]}"))
-        trl: dict[str, Any] = {}
-        if a.no_trl:
-            trl = {"skipped": "--no-trl"}
-        elif end - REPORT_S - time.time() < a.need_trl:
-            trl = {"skipped": f"{end - REPORT_S - time.time():.0f} s left, needs ~{a.need_trl} s"}
-            say(f"[4] TRL: skipped ({trl['skipped']})")
-        else:
-            trl = run_worker("trl", a, end - REPORT_S, scratch)
-            if trl["rc"] != 0:
-                err = trl.get("error", "")
-                say(f"TRL: ended with {trl['rc']}" + (f": {err[-1500:]}" if err else ""))
-        hfcb: dict[str, Any] = {}
-        if a.hf_cb == "off":
-            hfcb = {"skipped": "--hf-cb off"}
-        elif end - REPORT_S - time.time() < a.need_sampling + 15:
-            hfcb = {"skipped": f"{end - REPORT_S - time.time():.0f} s left"}
-            say(f"[1] transformers continuous batching: skipped ({hfcb['skipped']})")
-        else:
-            hfcb = run_worker("hfcb", a, end - REPORT_S, scratch)
-            if hfcb["rc"] != 0:
-                err = hfcb.get("error", "")
-                say(f"hfcb: ended with {hfcb['rc']}" + (f": {err[-800:]}" if err else ""))
+
+        def then(which: str, label: str, off: str | None, need: float) -> dict[str, Any]:
+            """Worker `which` until the budget's end, unless `off` says why not or fewer
+            than `need` seconds are left."""
+            left = end - REPORT_S - time.time()
+            if off:
+                return {"skipped": off}
+            if left < need:
+                out = {"skipped": f"{left:.0f} s left, needs ~{need:.0f} s"}
+                say(f"{label}: skipped ({out['skipped']})")
+                return out
+            out = run_worker(which, a, end - REPORT_S, scratch)
+            if out["rc"] != 0:
+                err = out.get("error", "")
+                say(f"{label}: ended with {out['rc']}" + (f": {err[-1500:]}" if err else ""))
+            return out
+
+        trl = then("trl", "[4] TRL", "--no-trl" if a.no_trl else None, a.need_trl)
+        hfcb = then(
+            "hfcb",
+            "[1] transformers continuous batching",
+            "--hf-cb off" if a.hf_cb == "off" else None,
+            a.need_sampling + 15,
+        )
     st, tt = ours.get("grpo_step", {}), trl.get("grpo_step", {})
     lines = table(a, ours, trl, hfcb.get("hf_continuous") or {})
     date = time.strftime("%Y-%m-%d")

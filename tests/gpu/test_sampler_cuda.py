@@ -34,6 +34,20 @@ def _assert_same(got, ref, atol: float = 1e-4) -> None:
         assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(r.logprobs), atol=atol)
 
 
+def _gaps_to_a_full_forward(model, requests, results, gpu):
+    """|sampled log-prob - a full forward's under the model's precision| for every token."""
+    from tracerl.models.placement import computing
+
+    gaps = []
+    for req, res in zip(requests, results, strict=True):
+        ids = torch.tensor([[*req.prompt_ids, *res.token_ids]], device=gpu)
+        with torch.no_grad(), computing(model):
+            logits = model(input_ids=ids).logits[0, len(req.prompt_ids) - 1 : -1].float()
+        full = torch.log_softmax(logits, -1).gather(1, ids[0, len(req.prompt_ids) :, None])
+        gaps.append((full[:, 0].cpu() - torch.tensor(res.logprobs)).abs())
+    return torch.cat(gaps)
+
+
 def test_static_and_compiled_decoding_draw_the_dynamic_caches_tokens(model, gpu):
     import torch._dynamo
 
@@ -80,14 +94,7 @@ def test_under_bf16_mixed_compiled_log_probs_match_the_learners_recompute(gpu):
     for _ in range(2):
         results = sampler.generate_batch(_requests(6))
         assert sampler.compile
-        gaps = []
-        for req, res in zip(_requests(6), results, strict=True):
-            ids = torch.tensor([[*req.prompt_ids, *res.token_ids]], device=gpu)
-            with torch.no_grad(), computing(mixed):
-                logits = mixed(input_ids=ids).logits[0, len(req.prompt_ids) - 1 : -1].float()
-            full = torch.log_softmax(logits, -1).gather(1, ids[0, len(req.prompt_ids) :, None])
-            gaps.append((full[:, 0].cpu() - torch.tensor(res.logprobs)).abs())
-        gap = torch.cat(gaps)
+        gap = _gaps_to_a_full_forward(mixed, _requests(6), results, gpu)
         assert gap.max() < 0.1 and gap.mean() < 0.02, (gap.max(), gap.mean())
         with computing(mixed):  # an update: the next batch must sample the new weights
             mixed(input_ids=torch.tensor([[1, 5, 9]], device=gpu)).logits.float().mean().backward()
@@ -101,7 +108,6 @@ def test_a_next_turn_from_kept_keys_and_values_matches_a_full_prefill(gpu):
     last turn kept, draw log-probs a full forward under the learner's autocast gives them
     (the same bf16 tolerance), batched with a new episode; and after an update (a new
     policy version) nothing old is reused."""
-    from tracerl.models.placement import computing
 
     mixed = place(load("tiny-random").model, resolve(gpu, "auto", "bf16-mixed"))
     sampler = BatchedHFSampler(mixed, seed=0, max_batch_size=8)
@@ -116,14 +122,7 @@ def test_a_next_turn_from_kept_keys_and_values_matches_a_full_prefill(gpu):
     nxt.append(SampleRequest(_requests(4)[3].prompt_ids, 12, frozenset(), seed=9, episode_id="n"))
     got = sampler.generate_batch(nxt)
     assert sampler.prefixes.stats.hits == 3
-    gaps = []
-    for req, res in zip(nxt, got, strict=True):
-        ids = torch.tensor([[*req.prompt_ids, *res.token_ids]], device=gpu)
-        with torch.no_grad(), computing(mixed):
-            logits = mixed(input_ids=ids).logits[0, len(req.prompt_ids) - 1 : -1].float()
-        full = torch.log_softmax(logits, -1).gather(1, ids[0, len(req.prompt_ids) :, None])
-        gaps.append((full[:, 0].cpu() - torch.tensor(res.logprobs)).abs())
-    gap = torch.cat(gaps)
+    gap = _gaps_to_a_full_forward(mixed, nxt, got, gpu)
     assert gap.max() < 0.1 and gap.mean() < 0.02, (gap.max(), gap.mean())
     sampler.policy_version += 1
     sampler.generate_batch([SampleRequest((*nxt[0].prompt_ids, *got[0].token_ids), 4,

@@ -27,6 +27,24 @@ async def _gather(sampler, requests):
     return await asyncio.gather(*(sampler.sample(r) for r in requests))
 
 
+def _pace(sampler, ready) -> None:
+    """However busy the machine, a turn asked for mid-batch joins it: once `ready()` (asked
+    before each forward) and while nothing has joined yet, a forward waits (at most 60 s)
+    until a turn is waiting (or, asked sooner, has joined already)."""
+    forward = sampler._forward
+
+    def paced(*args, **kwargs):
+        if ready() and not sampler.stats.admitted:
+            deadline = time.monotonic() + 60
+            while not (sampler._pending or sampler.stats.admitted):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+        return forward(*args, **kwargs)
+
+    sampler._forward = paced
+
+
 def test_batched_results_equal_the_plain_sampler_token_for_token(bundle):
     requests = [
         SampleRequest(p, max_tokens=16, seed=100 + i) for i, p in enumerate(_prompts(bundle, 4))
@@ -257,20 +275,9 @@ def test_a_turn_that_arrives_mid_batch_joins_it_and_draws_its_own_tokens(bundle)
              for i, (p, m) in enumerate(zip(prompts, [24, 4, 12], strict=True))]  # fmt: skip
     sampler = BatchedHFSampler(bundle.model, max_batch_size=4)
     order: list[str] = []
-    forward, calls = sampler._forward, []
-
-    def paced(*args, **kwargs):  # however busy the machine: the late turn arrives mid-batch
-        calls.append(1)
-        if len(calls) == 7:  # the short row (4 tokens) answered two steps ago
-            deadline = time.monotonic() + 60
-            # until the late turn is waiting (or, asked sooner, has joined already)
-            while not (sampler._pending or sampler.stats.admitted):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.001)
-        return forward(*args, **kwargs)
-
-    sampler._forward = paced
+    calls: list[int] = []
+    # the short row (4 tokens) answered two steps before the 7th forward
+    _pace(sampler, lambda: calls.append(1) or len(calls) == 7)
 
     async def run():
         async def ask(name, i, m, delay=0):

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import copy
 import threading
-import time
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ import torch
 from tracerl.rollout import BatchedHFSampler, HFSampler, SampleRequest
 from tracerl.rollout.prefix_cache import PrefixStore, common_prefix
 
-from .test_batched_sampler import _prompts, bundle  # noqa: F401  (the fixture)
+from .test_batched_sampler import _pace, _prompts, bundle  # noqa: F401  (the fixture)
 
 TOOL = (17, 23, 99, 4, 4, 31, 8, 250, 12)  # a tool's answer and the template's tokens
 
@@ -98,19 +97,7 @@ def test_a_turn_joining_a_running_batch_starts_from_its_kept_prefix(bundle):  # 
     prompts = _prompts(bundle, 2)
     sampler = BatchedHFSampler(bundle.model, max_batch_size=4)
     turn1_done = threading.Event()
-    forward, steps = sampler._forward, []
-
-    def paced(*args, **kwargs):  # however busy the machine: the next turn arrives mid-batch
-        steps.append(1)
-        if turn1_done.is_set() and not sampler.stats.admitted:
-            deadline = time.monotonic() + 60
-            while not (sampler._pending or sampler.stats.admitted):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.001)
-        return forward(*args, **kwargs)
-
-    sampler._forward = paced
+    _pace(sampler, turn1_done.is_set)  # however busy the machine: the next turn joins
     long_req = SampleRequest(prompts[0], 30, frozenset(), seed=1, episode_id="long")
 
     async def run():

@@ -71,7 +71,7 @@ from typing import Any
 from tracerl.models.cast_weights import CastWeights, castable
 from tracerl.rollout.batch_queue import BatchQueue
 from tracerl.rollout.decode_batch import GrowingBatch, SlotBatch, StaticSlots, slot_length
-from tracerl.rollout.prefix_cache import PrefixStore
+from tracerl.rollout.prefix_cache import Kept, PrefixStore, kept_cache
 from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
 log = logging.getLogger(__name__)
@@ -374,7 +374,10 @@ class BatchedHFSampler(BatchQueue):
         slot: dict[tuple[int, ...], int] = {}
         which = [slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in requests]
         prompts = list(slot)
-        kept = self._kept_prefixes(requests, which, prompts)
+        kept: list[Kept | None] = [None] * len(prompts)
+        if self.prefixes.max_bytes and self.kv_cache == "dynamic":  # static slots: no gaps
+            episodes = [r.episode_id for r in requests]
+            kept = self.prefixes.take_for(episodes, which, prompts, self._weights_now)
         if any(kept):
             logits_U_V, cache, mask_U_T = self._prefill_after(prompts, kept, dev)
         else:
@@ -389,66 +392,24 @@ class BatchedHFSampler(BatchQueue):
         mask_B_T = mask_U_T[which_B]
         return logits_U_V[which_B], cache, mask_B_T, mask_B_T.sum(-1)
 
-    def _kept_prefixes(
-        self, requests: Sequence[SampleRequest], which: list[int], prompts: list[tuple[int, ...]]
-    ) -> list[tuple[int, list[tuple[Any, Any]]] | None]:
-        """Per distinct prompt, the longest kept prefix one of its requests' episodes left
-        (`PrefixStore.take`; each request's entry is taken either way), or None. Only with
-        the dynamic cache (static slots place rows by their prompts' width)."""
-        kept: list[tuple[int, list[tuple[Any, Any]]] | None] = [None] * len(prompts)
-        if not self.prefixes.max_bytes or self.kv_cache != "dynamic":
-            return kept
-        for r, u in zip(requests, which, strict=True):
-            if r.episode_id is None:
-                continue
-            got = self.prefixes.take(r.episode_id, prompts[u], self._weights_now)
-            best = kept[u]
-            if got is not None and (best is None or got[0] > best[0]):
-                kept[u] = got
-        for got in kept:
-            if got is not None:
-                self.prefixes.stats.hits += 1
-                self.prefixes.stats.reused_tokens += got[0]
-        return kept
-
     def _prefill_after(
-        self,
-        prompts: list[tuple[int, ...]],
-        kept: list[tuple[int, list[tuple[Any, Any]]] | None],
-        dev: Any,
+        self, prompts: list[tuple[int, ...]], kept: list[Kept | None], dev: Any
     ) -> tuple[Any, Any, Any]:
-        """Prefill `prompts` where some start from kept keys and values: row u's kept `n`
-        positions sit right-aligned in a cache of the longest kept length C (zeros before
-        them, masked), and only its remaining tokens are fed, right-aligned in a block of the
-        longest remainder S (pads before them, masked), at positions n, n+1, ... So each
-        row's mask over the C + S columns is [0.. | 1 x n | 0.. | 1 x rest]: every real token
-        sees exactly its own prefix. The rows' last logits, the cache and the mask."""
+        """Prefill `prompts` where some start from kept keys and values (`kept_cache`: row
+        u's kept n positions right-aligned in a cache of the longest kept length C), feeding
+        only each row's remaining tokens, left-padded (`_left_pad`) after them at positions
+        n, n+1, ... So each row's mask over the C + S columns is [0.. | 1 x n | 0.. | 1 x
+        rest]: every real token sees exactly its own prefix. The rows' last logits, the
+        cache and the mask."""
         import torch
-        from transformers import DynamicCache
 
-        n_U = [got[0] if got is not None else 0 for got in kept]
-        c, s = max(n_U), max(len(p) - n for p, n in zip(prompts, n_U, strict=True))
-        ids_U_S = torch.full((len(prompts), s), self.pad_token_id, dtype=torch.long)
-        pos_U_S = torch.zeros((len(prompts), s), dtype=torch.long)
-        mask_U_W = torch.zeros((len(prompts), c + s), dtype=torch.long)
-        for u, (p, n) in enumerate(zip(prompts, n_U, strict=True)):
-            rest = len(p) - n
-            ids_U_S[u, s - rest :] = torch.tensor(p[n:], dtype=torch.long)
-            pos_U_S[u, s - rest :] = torch.arange(n, len(p))
-            mask_U_W[u, c - n : c] = 1
-            mask_U_W[u, c + s - rest :] = 1
-        sample = next(got[1] for got in kept if got is not None)
-        cache = DynamicCache(config=self.model.config)
-        for li, (layer, (k0, v0)) in enumerate(zip(cache.layers, sample, strict=True)):
-            keys = k0.new_zeros((len(prompts), k0.shape[0], c, k0.shape[-1]))
-            values = v0.new_zeros((len(prompts), v0.shape[0], c, v0.shape[-1]))
-            for u, got in enumerate(kept):
-                if got is not None:
-                    n, layers = got
-                    keys[u, :, c - n :] = layers[li][0]
-                    values[u, :, c - n :] = layers[li][1]
-            layer.update(keys, values)
-        mask_U_W = mask_U_W.to(dev)
+        n_U = torch.tensor([got[0] if got is not None else 0 for got in kept])
+        ids_U_S, rest_U_S = self._left_pad(
+            [p[n:] for p, n in zip(prompts, n_U.tolist(), strict=True)]
+        )
+        pos_U_S = (n_U[:, None] + rest_U_S.cumsum(-1) - 1) * rest_U_S  # pads: 0
+        cache, kept_U_C = kept_cache(self.model.config, kept)
+        mask_U_W = torch.cat([kept_U_C, rest_U_S], dim=1).to(dev)
         logits_U_V, cache = self._forward(ids_U_S, mask_U_W, pos_U_S, cache, dev)
         return logits_U_V, cache, mask_U_W
 

@@ -34,6 +34,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+Kept = tuple[int, list[tuple[Any, Any]]]
+"""A prompt's kept prefix: its length n and per layer keys and values [heads, n, head_dim]."""
+
 
 @dataclass
 class PrefixStats:
@@ -93,9 +96,7 @@ class PrefixStore:
             self.bytes = 0
             self.version = version
 
-    def take(
-        self, key: Hashable, prompt: Sequence[int], version: Hashable
-    ) -> tuple[int, list[tuple[Any, Any]]] | None:
+    def take(self, key: Hashable, prompt: Sequence[int], version: Hashable) -> Kept | None:
         """The kept keys and values `prompt` can start from: ``(n, layers)``, the first `n`
         positions (at most all but the prompt's last token: a forward needs one token to
         give the next logits), or None. The entry is removed either way."""
@@ -129,6 +130,29 @@ class PrefixStore:
             self.bytes += nbytes
             self.stats.stored += 1
 
+    def take_for(
+        self,
+        episodes: Sequence[Hashable | None],
+        which: Sequence[int],
+        prompts: Sequence[Sequence[int]],
+        version: Hashable,
+    ) -> list[Kept | None]:
+        """Per distinct prompt (`prompts`; request i asks for ``prompts[which[i]]`` for
+        episode ``episodes[i]``), the longest kept prefix one of its requests' episodes left,
+        or None; each request's entry is taken either way."""
+        kept: list[Kept | None] = [None] * len(prompts)
+        for episode, u in zip(episodes, which, strict=True):
+            if episode is None:
+                continue
+            got, best = self.take(episode, prompts[u], version), kept[u]
+            if got is not None and (best is None or got[0] > best[0]):
+                kept[u] = got
+        for got in kept:
+            if got is not None:
+                self.stats.hits += 1
+                self.stats.reused_tokens += got[0]
+        return kept
+
     def forget(self, key: Hashable) -> None:
         """Drop `key`'s entry (its episode ended: no turn will take it)."""
         with self._lock:
@@ -138,3 +162,29 @@ class PrefixStore:
         old = self._entries.pop(key, None)
         if old is not None:
             self.bytes -= old.nbytes
+
+
+def kept_cache(config: Any, kept: Sequence[Kept | None]) -> tuple[Any, Any]:
+    """A transformers `DynamicCache` holding each row's kept positions right-aligned in the
+    longest kept length C (zeros before them), and the rows' mask over those C columns (on
+    the CPU; the rows without a kept prefix: all zeros)."""
+    import torch
+    from transformers import DynamicCache
+
+    n_U = [got[0] if got is not None else 0 for got in kept]
+    c = max(n_U)
+    mask_U_C = torch.zeros((len(kept), c), dtype=torch.long)
+    for u, n in enumerate(n_U):
+        mask_U_C[u, c - n :] = 1
+    layers_of = [got[1] for got in kept if got is not None]
+    cache = DynamicCache(config=config)
+    for li, layer in enumerate(cache.layers):
+        k0, v0 = layers_of[0][li]
+        keys = k0.new_zeros((len(kept), k0.shape[0], c, k0.shape[-1]))
+        values = v0.new_zeros((len(kept), v0.shape[0], c, v0.shape[-1]))
+        for u, got in enumerate(kept):
+            if got is not None:
+                keys[u, :, c - got[0] :] = got[1][li][0]
+                values[u, :, c - got[0] :] = got[1][li][1]
+        layer.update(keys, values)
+    return cache, mask_U_C
