@@ -788,6 +788,7 @@ def multi_turn(model: Any, tok: Any, sampler: Any, a: argparse.Namespace, m: Mac
     asyncio.run(run_groups(SlowLookup, tasks[:1], policy, run_small, group_size=2))
     m.reset_peak()
     before = dict(sampler.stats.__dict__)
+    kept_before = dict(sampler.prefixes.stats.__dict__)
     timer = ForwardTimer(sampler, m)
     try:
         t0 = m.now()
@@ -814,13 +815,21 @@ def multi_turn(model: Any, tok: Any, sampler: Any, a: argparse.Namespace, m: Mac
         "batches": sampler.stats.batches - before["batches"],
         "tool_wait_floor_s": rounds * tool_s,
         "peak_gib": m.peak_gib(),
+        # prefix caching (model.prefix_cache_gb): later turns that prefilled only new tokens
+        "prefix_cache_gib": sampler.prefixes.max_bytes / 2**30,
+        "prefix_hits": sampler.prefixes.stats.hits - kept_before["hits"],
+        "prefix_reused_tokens": sampler.prefixes.stats.reused_tokens - kept_before["reused_tokens"],
+        "prefix_evicted": sampler.prefixes.stats.evicted - kept_before["evicted"],
     }
     say(
         f"[2] multi-turn: {len(episodes)} episodes, {turns} model turns of <= {a.turn_tokens} "
         f"tokens, {calls} tool calls of {tool_s:g} s, {tokens} tokens in {wall:.2f} s "
         f"({out['tok_per_s']:,.0f} tokens/s; {out['batches']} sampler batches); GPU busy "
         f"{100 * out['busy_fraction']:.1f}% ({timer.busy_s:.2f} s in {timer.calls} forwards; "
-        f"the tools alone take >= {rounds * tool_s:.1f} s); peak {out['peak_gib']:.2f} GiB"
+        f"the tools alone take >= {rounds * tool_s:.1f} s); peak {out['peak_gib']:.2f} GiB; "
+        f"kept prefixes ({out['prefix_cache_gib']:.1f} GiB cap): {out['prefix_hits']} of "
+        f"{turns - len(episodes)} later turns, {out['prefix_reused_tokens']} prompt tokens "
+        f"not prefilled again, {out['prefix_evicted']} evicted"
     )
     return out
 

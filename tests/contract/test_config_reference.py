@@ -56,6 +56,15 @@ def test_undocumented_finds_the_missing_docstrings():
     assert "## `inner`" in text and "## `items[]`" in text
 
 
+def test_a_constrained_number_or_auto_reads_as_such():
+    """``Annotated[int, Field(ge=16)] | Literal["auto"]`` is ``int ≥ 16 or "auto"`` in the
+    table, not the typing construct's name."""
+    text = render()
+    assert '| `micro_batch_tokens` | `int ≥ 16 or "auto"` |' in text
+    assert '| `prefix_cache_gb` | `float ≥ 0 or "auto"` | `auto` |' in text
+    assert "Annotated" not in text
+
+
 def _reference_keys(text: str) -> tuple[set[str], set[str]]:
     """(every dotted key in the rendered tables, every section path)."""
     keys: set[str] = set()

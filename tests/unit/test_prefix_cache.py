@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tracerl.rollout import BatchedHFSampler, HFSampler, SampleRequest
-from tracerl.rollout.prefix_cache import PrefixStore, common_prefix
+from tracerl.rollout.prefix_cache import PrefixStore, common_prefix, store_bytes
 
 from .test_batched_sampler import _pace, _prompts, bundle  # noqa: F401  (the fixture)
 
@@ -201,7 +201,30 @@ def test_the_run_config_sets_the_cap(tmp_path):
         "configs/learn-arithmetic.yaml", [f"out_dir={tmp_path}", "model.prefix_cache_gb=0.25"]
     )
     assert Run(prepare(cfg)).sampler.prefixes.max_bytes == 2**28
+    default = load_config("configs/learn-arithmetic.yaml", [f"out_dir={tmp_path}"])
+    assert default.model.prefix_cache_gb == "auto"
+    assert Run(prepare(default)).sampler.prefixes.max_bytes == 2**30  # auto, on the CPU
     with pytest.raises(Exception, match="prefix_cache_gb"):
         load_config(
             "configs/learn-arithmetic.yaml", [f"out_dir={tmp_path}", "model.prefix_cache_gb=-1"]
         )
+
+
+def test_auto_is_a_tenth_of_a_gpus_memory_and_a_gib_on_a_cpu(bundle, monkeypatch):  # noqa: F811
+    """``prefix_cache_gb: auto`` (the default) sizes the store by the device: 1 GiB on the CPU,
+    a tenth of the card on a GPU (a 1.7B model's keys and values are 192 KiB a token: 1 GiB
+    would keep ~5k tokens, a few episodes of a 64-episode rollout)."""
+    assert BatchedHFSampler(bundle.model).prefixes.max_bytes == 2**30
+    asked = []
+
+    def properties(device):
+        asked.append(device)
+        return type("Props", (), {"total_memory": 141 * 10**9})()
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    h200 = torch.device("cuda", 0)
+    assert store_bytes("auto", h200) == 141 * 10**8 and asked == [h200]
+    assert store_bytes(0.5, h200) == 2**29 and store_bytes(0, h200) == 0  # a number is GiB
+    assert store_bytes("auto", torch.device("cpu")) == 2**30
+    with pytest.raises(ValueError, match="'auto' or GiB"):
+        store_bytes("lots", h200)

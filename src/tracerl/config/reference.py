@@ -123,6 +123,10 @@ def _type_name(ann: Any) -> str:
     if optional:
         return f"{_type_name(ann)} or null"
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Annotated:  # a union's constrained member: ``int ≥ 16 or "auto"``
+        flat = [c for m in ann.__metadata__ for c in getattr(m, "metadata", [m])]  # Field(ge=)
+        bounds = _bounds(flat)
+        return _type_name(args[0]) + (f" {bounds}" if bounds else "")
     if origin is Literal:
         return " | ".join(f'"{a}"' for a in args)
     if isinstance(ann, type) and issubclass(ann, enum.Enum):

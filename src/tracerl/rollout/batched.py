@@ -71,7 +71,7 @@ from typing import Any
 from tracerl.models.cast_weights import CastWeights, castable
 from tracerl.rollout.batch_queue import BatchQueue
 from tracerl.rollout.decode_batch import GrowingBatch, SlotBatch, StaticSlots, slot_length
-from tracerl.rollout.prefix_cache import Kept, PrefixStore, kept_cache
+from tracerl.rollout.prefix_cache import Kept, PrefixStore, kept_cache, store_bytes
 from tracerl.rollout.sampler import SampleRequest, SampleResult, _cache_keyword, draw
 
 log = logging.getLogger(__name__)
@@ -162,17 +162,17 @@ class BatchedHFSampler(BatchQueue):
         pad_token_id: int | None = None,
         kv_cache: str = "dynamic",
         compile: bool = False,
-        prefix_cache_gb: float = 1.0,
+        prefix_cache_gb: float | str = "auto",
     ) -> None:
         import torch
+
+        from tracerl.models.placement import device_of
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
         super().__init__(max_batch_size)
         if kv_cache not in ("dynamic", "static"):
             raise ValueError(f"kv_cache must be 'dynamic' or 'static', got {kv_cache!r}")
-        if prefix_cache_gb < 0:
-            raise ValueError(f"prefix_cache_gb must be >= 0 (0: off), got {prefix_cache_gb}")
         if compile and kv_cache != "static":
             raise ValueError(
                 "compile=True needs kv_cache='static' (a compiled decode step needs shapes "
@@ -202,7 +202,7 @@ class BatchedHFSampler(BatchQueue):
         self._model_lock = WeightsLock()
         # each finished turn's keys and values, for its episode's next turn (dynamic cache)
         self.prefix_cache_gb = prefix_cache_gb
-        self.prefixes = PrefixStore(int(prefix_cache_gb * 2**30))
+        self.prefixes = PrefixStore(store_bytes(prefix_cache_gb, device_of(model)))
         self._weights_now: tuple[int, int] = (policy_version, 0)
 
     def with_temperature(self, temperature: float, seed: int) -> BatchedHFSampler:

@@ -20,7 +20,8 @@ writers); a lookup under any other version empties the store first. tracerl's lo
 ``policy_version`` with every update, and every writer of the weights that shares the lock
 (an async learner, a weight sync) bumps the lock's count.
 
-Memory: at most ``max_bytes`` (``model.prefix_cache_gb``), least recently stored first out;
+Memory: at most ``max_bytes`` (``model.prefix_cache_gb``; ``auto``: a tenth of a GPU's memory,
+1 GiB on a CPU), least recently stored first out;
 an entry is taken (removed) by the turn that uses it, which stores its own when it ends, and
 dropped when its episode ends (`forget`: the rollout runner tells the sampler), so between
 steps, while the learner updates, the store holds nothing.
@@ -33,6 +34,14 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+AUTO_CPU_GIB = 1.0
+"""``prefix_cache_gb: auto`` off a GPU: 1 GiB (about 45k tokens of SmolLM2-135M in fp32)."""
+AUTO_GPU_SHARE = 0.10
+"""``prefix_cache_gb: auto`` on a CUDA device: this share of the device's memory (14 GiB of an
+H200, 8 of an 80 GB H100: about 70k and 40k tokens of a 1.7B model's bf16 keys and values,
+192 KiB a token). A share of the whole card, not of what is free when the sampler is made:
+the optimizer's state is allocated later, at the first update."""
 
 Kept = tuple[int, list[tuple[Any, Any]]]
 """A prompt's kept prefix: its length n and per layer keys and values [heads, n, head_dim]."""
@@ -70,6 +79,22 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def store_bytes(setting: float | str, device: Any) -> int:
+    """The store's cap in bytes for ``model.prefix_cache_gb`` (GiB, 0: off, or ``auto``) on
+    `device` (a `torch.device`): ``auto`` is `AUTO_GPU_SHARE` of a CUDA device's memory and
+    `AUTO_CPU_GIB` elsewhere."""
+    if setting == "auto":
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            total = torch.cuda.get_device_properties(device).total_memory
+            return int(total * AUTO_GPU_SHARE)
+        return int(AUTO_CPU_GIB * 2**30)
+    if isinstance(setting, str) or setting < 0:
+        raise ValueError(f"prefix_cache_gb must be 'auto' or GiB >= 0 (0: off), got {setting!r}")
+    return int(setting * 2**30)
 
 
 class PrefixStore:
