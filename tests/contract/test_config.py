@@ -33,6 +33,33 @@ def test_bad_values_name_the_field(override, message):
     assert message in e.value.message
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.prefix_cache_gb=lots", 'model.prefix_cache_gb: expected float ≥ 0 or "auto"'),
+        ("model.prefix_cache_gb=-1", 'model.prefix_cache_gb: expected float ≥ 0 or "auto"'),
+        ("trainer.micro_batch_tokens=8", 'trainer.micro_batch_tokens: expected int ≥ 16 or "auto"'),
+    ],
+)
+def test_a_value_that_fits_no_member_of_a_union_is_one_error_naming_the_type(override, message):
+    """Not pydantic's error per member of ``float | "auto"`` under its internal names
+    (``constrained-float``, ``literal['auto']``)."""
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/learn-arithmetic.yaml", [override])
+    assert message in e.value.message and "more:" not in e.value.message
+    assert "literal" not in e.value.message and "constrained" not in e.value.message
+
+
+def test_a_union_error_in_a_file_names_its_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nmodel:\n  spec: tiny-random\n  prefix_cache_gb: plenty\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.message == (
+        f"{path}:4: model.prefix_cache_gb: expected float ≥ 0 or \"auto\" (got 'plenty')"
+    )
+
+
 def test_names_the_config_does_not_resolve_are_refused_with_the_valid_ones():
     from tracerl.preflight import prepare
 

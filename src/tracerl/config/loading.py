@@ -9,7 +9,6 @@ or the file line it came from.
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -17,38 +16,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from tracerl.config.annotations import UNIONS, is_model, nested_model, strip_optional, type_name
 from tracerl.config.base import ConfigError
 from tracerl.config.run import RunConfig
-
-_UNIONS = (typing.Union, types.UnionType)
-
-
-def strip_optional(ann: Any) -> tuple[Any, bool]:
-    """(the annotation without None, whether None was allowed)."""
-    if typing.get_origin(ann) in _UNIONS:
-        args = typing.get_args(ann)
-        rest = tuple(a for a in args if a is not type(None))
-        if len(rest) < len(args):
-            return (rest[0] if len(rest) == 1 else typing.Union[rest]), True  # noqa: UP007
-    return ann, False
-
-
-def is_model(ann: Any) -> bool:
-    return isinstance(ann, type) and issubclass(ann, BaseModel)
-
-
-def nested_model(ann: Any) -> tuple[type[BaseModel], str] | None:
-    """The config model a field holds and the path suffix of its section ("" or "[]")."""
-    ann, _ = strip_optional(ann)
-    if is_model(ann):
-        return ann, ""
-    if typing.get_origin(ann) is list:
-        (item,) = typing.get_args(ann) or (Any,)
-        item, _ = strip_optional(item)
-        if is_model(item):
-            return item, "[]"
-    return None
-
 
 REFERENCE = "docs/config.md lists every key, its type and default"
 
@@ -211,6 +181,41 @@ def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
     return f"{where}: {key}: {msg} (got {got})", REFERENCE
 
 
+def _leaf(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any] | None:
+    """The key at the start of `loc` that is a value, not a section (its path and field), or
+    None where `loc` names a section or no field. What follows it in `loc` is pydantic's name
+    for a union's member (``constrained-float``, ``literal['auto']``)."""
+    model: type[BaseModel] = RunConfig
+    for n, part in enumerate(loc):
+        if isinstance(part, int):  # an item of a list section
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        found = nested_model(field.annotation)
+        if found is None:
+            return loc[: n + 1], field
+        model = found[0]
+    return None
+
+
+def _merge_unions(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One error per value that fits none of a union's members (``float ≥ 0 or "auto"``),
+    in place of pydantic's one per member, each under the member's name."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for err in errors:
+        leaf = _leaf(tuple(err["loc"]))
+        base = strip_optional(leaf[1].annotation)[0] if leaf else None
+        if leaf is None or len(err["loc"]) == len(leaf[0]) or typing.get_origin(base) not in UNIONS:
+            out.append(err)
+        elif leaf[0] not in seen:
+            seen.add(leaf[0])
+            msg = f"expected {type_name(leaf[1].annotation)}"
+            out.append({**err, "loc": leaf[0], "type": "union", "msg": msg})
+    return out
+
+
 def _covers(override: str, loc: tuple[str, ...]) -> bool:
     """Did `override` set the key at `loc` (or a section holding it, or a key inside it)?"""
     keys = tuple(override.split("=", 1)[0].strip().split("."))
@@ -231,7 +236,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        errors = e.errors()
+        errors = _merge_unions(list(e.errors()))
         loc = tuple(str(p) for p in errors[0]["loc"])
         from_override = next((o for o in reversed(overrides) if _covers(o, loc)), None)
         origin = f"override {from_override!r}" if from_override else str(path or "config")

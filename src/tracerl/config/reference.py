@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import enum
 import sys
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import annotated_types
 import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from tracerl.config.loading import _UNIONS, nested_model, strip_optional
+from tracerl.config.annotations import bounds, nested_model, strip_optional, type_name
 from tracerl.config.run import RunConfig
 
 DOC_PATH = Path("docs/config.md")
@@ -92,56 +90,6 @@ def _link(path: str) -> str:
     return f"[`{path}`](#{_anchor(path)})"
 
 
-def _bounds(metadata: list[Any]) -> str:
-    lo = hi = None
-    other = []
-    for m in metadata:
-        if isinstance(m, annotated_types.Ge):
-            lo = f"[{m.ge}"
-        elif isinstance(m, annotated_types.Gt):
-            lo = f"({m.gt}"
-        elif isinstance(m, annotated_types.Le):
-            hi = f"{m.le}]"
-        elif isinstance(m, annotated_types.Lt):
-            hi = f"{m.lt})"
-        elif isinstance(m, annotated_types.MinLen):
-            other.append(f"at least {m.min_length} long")
-        elif isinstance(m, annotated_types.MaxLen):
-            other.append(f"at most {m.max_length} long")
-    if lo and hi:
-        other.insert(0, f"in {lo}, {hi}")
-    elif lo:
-        other.insert(0, ("≥ " if lo[0] == "[" else "> ") + lo[1:])
-    elif hi:
-        other.insert(0, ("≤ " if hi[-1] == "]" else "< ") + hi[:-1])
-    return " ".join(other)
-
-
-def _type_name(ann: Any) -> str:
-    """A readable type: ``int``, ``"sync" | "async"``, ``list[str]``, ``mapping``."""
-    ann, optional = strip_optional(ann)
-    if optional:
-        return f"{_type_name(ann)} or null"
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is typing.Annotated:  # a union's constrained member: ``int ≥ 16 or "auto"``
-        flat = [c for m in ann.__metadata__ for c in getattr(m, "metadata", [m])]  # Field(ge=)
-        bounds = _bounds(flat)
-        return _type_name(args[0]) + (f" {bounds}" if bounds else "")
-    if origin is Literal:
-        return " | ".join(f'"{a}"' for a in args)
-    if isinstance(ann, type) and issubclass(ann, enum.Enum):
-        return " | ".join(f'"{m.value}"' for m in ann)
-    if origin in _UNIONS:
-        return " or ".join(_type_name(a) for a in args)
-    if origin in (list, tuple, set, frozenset):
-        return f"list[{_type_name(args[0]) if args else 'any'}]"
-    if origin is dict or ann is dict:
-        return "mapping"
-    if ann is Any:
-        return "any"
-    return getattr(ann, "__name__", str(ann))
-
-
 def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
@@ -153,11 +101,11 @@ def _type_cell(field: FieldInfo, key: str) -> str:
     if nested is not None:
         kind = "list of sections" if nested[1] else "section"
         return f"{kind} {_link(key + nested[1])}" + (" or null" if optional else "")
-    bounds = _bounds(field.metadata)
-    name = _type_name(field.annotation)
-    if bounds:  # constraints apply to the value, not to null
+    limits = bounds(field.metadata)
+    name = type_name(field.annotation)
+    if limits:  # constraints apply to the value, not to null
         base, opt = strip_optional(field.annotation)
-        name = f"{_type_name(base)} {bounds}" + (" or null" if opt else "")
+        name = f"{type_name(base)} {limits}" + (" or null" if opt else "")
     return _cell(f"`{name}`")
 
 
