@@ -1226,6 +1226,17 @@ def table(
         "%",
     )
     row("2 multi-turn", "sampled tokens/s", mt.get("tok_per_s"), None, ",.0f", "")
+    if "prefix_hits" in mt:
+        later = mt["turns"] - mt["episodes"]
+        row(
+            "2 multi-turn",
+            f"later turns from kept prefixes (of {later}; cap {mt['prefix_cache_gib']:.1f} GiB, "
+            f"{mt['prefix_reused_tokens']:,} prompt tokens not prefilled again)",
+            mt["prefix_hits"],
+            None,
+            "d",
+            "",
+        )
     row("3 learner", "forward+backward tokens/s", ln.get("fwd_bwd_tok_per_s"), None, ",.0f", "")
     row(
         "3 learner",
