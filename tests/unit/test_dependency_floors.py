@@ -125,6 +125,20 @@ def test_the_floor_set_holds_every_requirement_to_its_floor():
     )
 
 
+def test_the_gpu_machines_wheels_are_of_the_floor_set_too():
+    """`make gpu-wheels` brings the GPU machine the same releases CI tests (torch aside: the
+    GPU image's own CUDA build is used there, docs/gpu.md)."""
+    pins = _floor_set()
+    script = (ROOT / "benchmarks" / "gpu_wheels.sh").read_text()
+    wheels = dict(re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([0-9][\w.]*)", script))
+    ours = {name.lower(): v for name, v in wheels.items() if name.lower() in pins}
+    assert {"transformers", "pydantic", "typer", "accelerate", "openai", "trl"} <= set(ours)
+    off = [
+        f"{n}=={v} (floor {pins[n]})" for n, v in ours.items() if not in_series(Version(v), pins[n])
+    ]
+    assert off == [], "benchmarks/gpu_wheels.sh pins releases outside the floor set"
+
+
 def test_the_venv_ci_runs_is_the_floor_set():
     """Each requirement installed here is of its floor's release series, so a passing suite
     has passed with the floors. Only in a venv `make install` built (it leaves floors.txt in
