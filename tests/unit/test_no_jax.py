@@ -1,6 +1,8 @@
-"""The search index never imports JAX: bm25s imports it where it is installed (most GPU
-images), and JAX then takes 75% of the GPU's memory. A stand-in `jax` package, which writes
-a file when imported, is put on the path of a fresh Python process."""
+"""Nothing tracerl runs imports JAX: where JAX is installed (most GPU images), importing it
+takes 75% of the GPU's memory. bm25s (the search index) imported it; the index now selects
+with numpy, and a whole run of the demo's config imports no `jax` from any dependency. A
+stand-in `jax` package, which writes a file when imported, is put on the path of a fresh
+Python process."""
 
 from __future__ import annotations
 
@@ -114,3 +116,35 @@ def test_a_jax_imported_before_stays_imported_and_unused(fake_jax, tmp_path):
     assert result["jax"] is True
     assert result["jax_in_bm25s"] is False
     assert result["hits"] == _in_process_hits(tmp_path)
+
+
+def test_a_whole_demo_run_never_imports_jax(fake_jax, tmp_path):
+    """Not the index alone: `tracerl train` of the demo's config (the search environment, its
+    evaluations, checkpoints and the dashboard), shrunk to tiny-random and one step, imports
+    no `jax` from any dependency, so on a GPU image with JAX nothing but the run takes the
+    GPU's memory."""
+    env, marker = fake_jax
+    overrides = [
+        f"out_dir={tmp_path / 'runs'}",
+        "model.spec=tiny-random",
+        "warm_start=null",
+        "trainer.steps=1",
+        "trainer.group_size=2",
+        "env.tasks_per_step=1",
+        "env.eval_tasks=2",
+        "env.adversarial_eval_tasks=2",
+        "rollout.max_turn_tokens=8",
+    ]
+    tracerl = str(Path(sys.executable).with_name("tracerl"))
+    done = subprocess.run(
+        [tracerl, "train", "configs/demo.yaml", *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run = tmp_path / "runs" / "demo-search"
+    assert (run / "report" / "index.html").is_file() and any((run / "episodes").iterdir())
+    assert not marker.exists(), "something in `tracerl train` imported jax"
