@@ -38,7 +38,7 @@ CORE=(
   gguf==0.19.0
   # transformers>=5.25 (5.17 reads SmolLM2's GGUF tokenizer with the wrong eos); 5.25 needs
   # huggingface_hub 2 (which needs httpx2) and kernels (which needs tomlkit)
-  transformers==5.25.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2
+  transformers==5.25.0 huggingface_hub==2.4.0 httpx2==2.17.0 httpcore2==2.17.0
   truststore==0.10.5 kernels==0.19.1 tomlkit==0.15.3
   # floors above the image's copies (accelerate 1.15; its typer lacks TyperOption.display_type)
   accelerate==1.16.0 typer==0.29.2

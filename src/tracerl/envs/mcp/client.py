@@ -35,6 +35,10 @@ from tracerl.envs.mcp.hub import run_sync as run_sync
 
 log = logging.getLogger("tracerl")
 _STDERR_TAIL = 1500
+# an HTTP server's client with headers (`McpServer.headers`): the MCP SDK's own timeouts,
+# 30 s to connect, write or wait for the pool and 300 s to read (a stream may stay open)
+_HTTP_TIMEOUT_S = 30.0
+_HTTP_READ_TIMEOUT_S = 300.0
 
 
 class McpUnavailable(Exception):
@@ -128,10 +132,14 @@ class Connection:
             headers = {k: expand(v, f"{s.where()}: headers.{k}") for k, v in s.headers.items()}
             if not headers:
                 return streamable_http_client(s.url)
-            from mcp.shared._httpx_utils import create_mcp_http_client
+            import httpx2  # the SDK's HTTP client; headers go through one of our own
 
-            # the SDK's timeouts (a response stream may stay open); closed with the owner
-            http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            # the SDK's default timeouts (a response stream may stay open for minutes), set
+            # here: its own factory is private; closed with the owner
+            timeout = httpx2.Timeout(_HTTP_TIMEOUT_S, read=_HTTP_READ_TIMEOUT_S)
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=headers, timeout=timeout)
+            )
             return streamable_http_client(s.url, http_client=http)
         from mcp.client.stdio import stdio_client
 

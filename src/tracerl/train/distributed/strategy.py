@@ -141,12 +141,11 @@ class DataParallel(Strategy):
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 grads.append(p.grad)
-        for bucket in _buckets(grads):
-            flat = torch._utils._flatten_dense_tensors(bucket)
+        for bucket in _buckets(grads):  # one dtype and device each: one flat all-reduce
+            flat = torch.cat([g.reshape(-1) for g in bucket])
             dist.all_reduce(flat)
-            summed = torch._utils._unflatten_dense_tensors(flat, bucket)
-            for g, f in zip(bucket, summed, strict=True):
-                g.copy_(f)
+            for g, f in zip(bucket, flat.split([g.numel() for g in bucket]), strict=True):
+                g.copy_(f.view_as(g))
 
     def reduce_metrics(self, sums: dict[str, float]) -> dict[str, float]:
         return _merge_metrics(sums)
