@@ -100,6 +100,18 @@ def device() -> str:
     return want
 
 
+def skip_unless_compilable(device: str) -> None:
+    """Skip a test of compiled decode steps where the sampler turns `model.compile` off (a
+    torch older than 2.13 on a CPU: `StaticSlots.compile_unsafe`)."""
+    import torch
+
+    from tracerl.rollout.decode_batch import StaticSlots
+
+    why = StaticSlots.compile_unsafe(torch.device(device))
+    if why is not None:
+        pytest.skip(f"model.compile is off here: {why}")
+
+
 def pytest_unconfigure(config):
     if getattr(config, "_omp_threads", "") is None:
         os.environ.pop("OMP_NUM_THREADS", None)

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 import torch
 
+from tests.conftest import skip_unless_compilable
 from tracerl.models import load
 from tracerl.models.placement import place, resolve
 from tracerl.rollout import BatchedHFSampler, SampleRequest
@@ -49,6 +50,7 @@ def _gaps_to_a_full_forward(model, requests, results, gpu):
 
 
 def test_static_and_compiled_decoding_draw_the_dynamic_caches_tokens(model, gpu):
+    skip_unless_compilable(gpu)
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -85,6 +87,7 @@ def test_under_bf16_mixed_compiled_log_probs_match_the_learners_recompute(gpu):
     matmul weights (`CastWeights`, refreshed every batch); each token's log-prob must agree
     with a full forward under the learner's autocast within the bf16 tolerance docs/gpu.md
     states (0.1 max, 0.02 mean), before and after an update."""
+    skip_unless_compilable(gpu)
     from tracerl.models.placement import computing
 
     mixed = place(load("tiny-random").model, resolve(gpu, "auto", "bf16-mixed"))

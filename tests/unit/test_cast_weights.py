@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import skip_unless_compilable
 from tracerl.models import load
 from tracerl.models.cast_weights import CastWeights, castable
 from tracerl.models.placement import computing, place, resolve
@@ -77,6 +78,7 @@ def test_a_compiled_sampler_under_bf16_mixed_decodes_the_updated_weights(mixed):
     """The sampler's compiled path under bf16-mixed samples from the copies, refreshed at
     every batch: after an update, its tokens are those an eager sampler draws from the
     updated model."""
+    skip_unless_compilable("cpu")
     request = SampleRequest([1, 42, 7, 99, 5], 8, frozenset(), seed=3)
     sampler = BatchedHFSampler(mixed, kv_cache="static", compile=True, max_batch_size=2)
     assert sampler._casts is not None

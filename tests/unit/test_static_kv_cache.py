@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from tests.conftest import skip_unless_compilable
 from tests.unit.test_batched_sampler import SEEDED, _gather, _prompts
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler, HFSampler, SampleRequest
@@ -205,6 +206,7 @@ def test_compiled_decode_steps_draw_the_same_tokens(bundle):
     """``model.compile``: the decode step through transformers' ``get_compiled_call``
     (torch.compile, mode reduce-overhead: CUDA graphs on a GPU; inductor's C++ on this
     CPU). Same tokens as eager decoding, and the second batch compiles nothing new."""
+    skip_unless_compilable("cpu")
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -225,6 +227,7 @@ def test_compiled_decode_steps_draw_the_same_tokens(bundle):
 
 
 def test_a_step_that_fails_to_compile_warns_and_decodes_eagerly(bundle, caplog):
+    skip_unless_compilable("cpu")
     sampler = _static(bundle, max_batch_size=4, compile=True)
 
     def broken(**kwargs):
@@ -260,6 +263,7 @@ def test_a_model_with_sliding_window_layers_keeps_the_dynamic_cache(caplog):
 
 
 def test_the_config_refuses_compile_without_static_slots_and_the_run_passes_them_on():
+    skip_unless_compilable("cpu")
     from pydantic import ValidationError
 
     from tracerl.config import RunConfig
@@ -295,3 +299,20 @@ def test_a_short_prompt_with_many_tokens_beside_a_long_prompt_fits_its_slot(bund
     _same(results[0], _alone(bundle, requests[0]))
     ref = _alone(bundle, SampleRequest(long_prompt[:4], 32, frozenset(), seed=2))
     assert results[1].token_ids[:32] == ref.token_ids
+
+
+def test_a_torch_whose_compiled_step_crashes_the_backward_decodes_eagerly(
+    bundle, monkeypatch, caplog
+):
+    """torch 2.11 on a CPU segfaults in the learner's backward after a decode step compiled
+    in the sampler's worker thread (reproduced with PyPI's 2.11.0; 2.13.0 runs it): there
+    `model.compile` is turned off with a warning that says why, not left to end the run."""
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    with caplog.at_level(logging.WARNING, logger="tracerl.rollout.batched"):
+        sampler = BatchedHFSampler(bundle.model, kv_cache="static", compile=True)
+    assert sampler.compile is False and sampler.kv_cache == "static"
+    assert "segmentation fault" in caplog.text and "2.11.0+cu130" in caplog.text
+    assert StaticSlots.compile_unsafe(torch.device("cuda", 0)) is None  # on a GPU: measured there
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    assert StaticSlots.compile_unsafe(torch.device("cpu")) is None
+    assert BatchedHFSampler(bundle.model, kv_cache="static", compile=True).compile is True

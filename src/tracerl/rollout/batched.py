@@ -185,6 +185,9 @@ class BatchedHFSampler(BatchQueue):
                 why,
             )
             kv_cache, compile = "dynamic", False
+        if compile and (why := StaticSlots.compile_unsafe(device_of(model))):
+            log.warning("model.compile is off: %s; decoding from static slots eagerly", why)
+            compile = False
         self.model = model
         self.temperature = temperature
         self.policy_version = policy_version

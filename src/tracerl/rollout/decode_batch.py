@@ -131,6 +131,26 @@ class StaticSlots:
             return f"its layers are not all full attention ({', '.join(kinds)})"
         return None
 
+    @staticmethod
+    def compile_unsafe(device: Any) -> str | None:
+        """Why a compiled decode step must not run on `device` with this torch (None: it
+        may). torch 2.11 on a CPU: a step compiled (inductor) and run in the sampler's worker
+        thread, then the learner's backward in the main thread, ends the process with a
+        segmentation fault (reproduced with PyPI's torch 2.11.0, not with 2.13.0; on a GPU
+        not yet known). Older releases are untested there: the same answer."""
+        import torch
+
+        if getattr(device, "type", None) != "cpu":
+            return None
+        release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+        if release < (2, 13):
+            return (
+                f"torch {torch.__version__} on a CPU crashes (a segmentation fault) in the "
+                "learner's backward after a decode step compiled in the sampler's thread; "
+                "torch 2.13 or newer does not"
+            )
+        return None
+
     def reset(self, written: int) -> None:
         """A new batch: the write position goes back to `written` (its prompts' width)."""
         self.written = written
