@@ -24,13 +24,10 @@ import random
 import time
 from typing import Any
 
-from gpu_step import ScriptedCallParser  # every turn but the last read as a lookup call
+from gpu_step import scripted_episodes  # every turn but the last read as a lookup call
 from tracerl.envs import ToolEnv, tool
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler
-from tracerl.rollout.budget import Budgets, RolloutConfig
-from tracerl.rollout.episode import Policy
-from tracerl.rollout.groups import run_groups
 
 DELAYS: dict[tuple[str, int], float] = {}
 
@@ -78,21 +75,11 @@ def play(bundle: Any, a: argparse.Namespace, continuous: bool) -> dict[str, floa
     sampler = BatchedHFSampler(bundle.model, seed=0, max_batch_size=a.episodes)
     sampler.continuous = continuous
     timed = Timed(sampler)
-    calls = a.turns - 1
-    policy = Policy(timed, bundle.renderer, ScriptedCallParser(calls), bundle.model_id)
-    cfg = RolloutConfig(
-        budgets=Budgets(steps=a.turns, tool_calls=None, sampled_tokens=None),  # calls: the parser's
-        reserve=None,
-        max_turn_tokens=a.turn_tokens,
-    )
     tasks = UnevenLookup().sample_tasks(a.episodes)
     t0 = time.perf_counter()
-    groups = asyncio.run(
-        run_groups(UnevenLookup, tasks, policy, cfg, group_size=1, seed=7,
-                   max_concurrent_episodes=a.episodes)
-    )  # fmt: skip
+    episodes = scripted_episodes(UnevenLookup, tasks, timed, bundle, a.turns, a.turn_tokens)
     wall = time.perf_counter() - t0
-    tokens = sum(e.receipt.ledger["used"]["sampled_tokens"] for g in groups for e in g)
+    tokens = sum(e.receipt.ledger["used"]["sampled_tokens"] for e in episodes)
     s = sampler.stats
     return {
         "wall_s": wall,

@@ -662,6 +662,30 @@ class ScriptedCallParser(NoToolParser):
         return Action(text=text, answer=text)
 
 
+def scripted_episodes(
+    env: Any, tasks: list[dict], sampler: Any, bundle: Any, turns: int, turn_tokens: int
+) -> list[Any]:
+    """One episode of `env` per task, all at once, through tracerl's rollout runner: up to
+    `turns` model turns of `turn_tokens` tokens, each but the last read as one tool call
+    (`ScriptedCallParser`). The multi-turn CPU benchmarks' rollout (continuous batching,
+    prefix caching)."""
+    from tracerl.rollout.budget import Budgets, RolloutConfig
+    from tracerl.rollout.episode import Policy
+    from tracerl.rollout.groups import run_groups
+
+    policy = Policy(sampler, bundle.renderer, ScriptedCallParser(turns - 1), bundle.model_id)
+    cfg = RolloutConfig(
+        budgets=Budgets(steps=turns, tool_calls=None, sampled_tokens=None),  # calls: the parser's
+        reserve=None,
+        max_turn_tokens=turn_tokens,
+    )
+    groups = asyncio.run(
+        run_groups(env, tasks, policy, cfg, group_size=1, seed=7,
+                   max_concurrent_episodes=len(tasks))
+    )  # fmt: skip
+    return [e for g in groups for e in g]
+
+
 def save_part(res: dict[str, Any], name: str, part: dict[str, Any], save: Any) -> None:
     res[name] = part
     save()

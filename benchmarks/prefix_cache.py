@@ -24,13 +24,10 @@ import random
 import time
 from typing import Any
 
-from gpu_step import ScriptedCallParser  # every turn but the last read as a lookup call
+from gpu_step import scripted_episodes  # every turn but the last read as a lookup call
 from tracerl.envs import ToolEnv, tool
 from tracerl.models import load
 from tracerl.rollout import BatchedHFSampler
-from tracerl.rollout.budget import Budgets, RolloutConfig
-from tracerl.rollout.episode import Policy
-from tracerl.rollout.groups import run_groups
 
 WORDS = [
     "river",
@@ -119,22 +116,11 @@ class Fed:
 def play(bundle: Any, a: argparse.Namespace, gb: float) -> dict[str, Any]:
     sampler = BatchedHFSampler(bundle.model, seed=0, max_batch_size=a.episodes, prefix_cache_gb=gb)
     fed = Fed(sampler)
-    calls = a.turns - 1
-    policy = Policy(sampler, bundle.renderer, ScriptedCallParser(calls), bundle.model_id)
-    cfg = RolloutConfig(
-        budgets=Budgets(steps=a.turns, tool_calls=None, sampled_tokens=None),  # calls: the parser's
-        reserve=None,
-        max_turn_tokens=a.turn_tokens,
-    )
     LongLookup.words = a.tool_words
     tasks = LongLookup().sample_tasks(a.episodes)
     t0 = time.perf_counter()
-    groups = asyncio.run(
-        run_groups(LongLookup, tasks, policy, cfg, group_size=1, seed=7,
-                   max_concurrent_episodes=a.episodes)
-    )  # fmt: skip
+    episodes = scripted_episodes(LongLookup, tasks, sampler, bundle, a.turns, a.turn_tokens)
     wall = time.perf_counter() - t0
-    episodes = [e for g in groups for e in g]
     sampled = {
         e.episode_id: [tuple(s.token_ids) for t in e.trajectories for s in t.policy_segments()]
         for e in episodes
