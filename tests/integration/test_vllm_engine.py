@@ -14,9 +14,11 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -71,8 +73,8 @@ def vllm_installed(vllm_python):
 
 @pytest.fixture(scope="module", autouse=True)
 def started_servers():
-    """Every vLLM server these tests start in this process, (pid, server); at the end none of
-    their processes may be left."""
+    """Every vLLM server these tests start in this process, (pid, server, its TMPDIR); at the
+    end none of their processes, and none of their temporary folders, may be left."""
     from tracerl.engines.vllm import VLLMServer
 
     started = []
@@ -80,14 +82,15 @@ def started_servers():
 
     def recorded(self):
         url = start(self)
-        started.append((self.pid, self))
+        started.append((self.pid, self, Path(self._scratch)))
         return url
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(VLLMServer, "start", recorded)
         yield started
-    left = [pid for pid, _ in started if group_alive(pid)]
+    left = [pid for pid, _, _ in started if group_alive(pid)]
     assert not left, f"vLLM servers left running: {left}"
+    assert not [str(tmp) for *_, tmp in started if tmp.exists()]
 
 
 def _config(tmp: Path, *extra: str) -> RunConfig:
@@ -377,6 +380,8 @@ def test_a_trainer_killed_with_sigkill_leaves_no_server(tmp_path):
     run_dir = tmp_path / "runs" / "v"
     args = [f"out_dir={tmp_path / 'runs'}", *TINY_RUN, "trainer.steps=1000"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    tmp = Path(tempfile.mkdtemp(dir="/tmp"))  # short: the server's sockets are made there
+    env["TMPDIR"] = str(tmp)  # where the server's temporary files would stay
     trainer = subprocess.Popen(
         [str(Path(sys.executable).with_name("tracerl")), "train", "c.yaml", *args],
         cwd=tmp_path,
@@ -399,9 +404,22 @@ def test_a_trainer_killed_with_sigkill_leaves_no_server(tmp_path):
         while group_alive(server) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not group_alive(server), "the vLLM server outlived its trainer"
+        while time.monotonic() < deadline and _vllm_leftovers(tmp):
+            time.sleep(0.2)
+        assert _vllm_leftovers(tmp) == []
     finally:
         if trainer.poll() is None:
             trainer.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _vllm_leftovers(tmp: Path) -> list[str]:
+    """What a vLLM server leaves in a temporary folder: its folder, ZMQ sockets, dist files."""
+    return sorted(
+        str(p)
+        for p in tmp.rglob("*")
+        if p.name.startswith(("tracerl-vllm-", "vllm_dist_")) or p.is_socket()
+    )
 
 
 def test_ray_workers_sample_from_the_vllm_server(lora_ray_run):
@@ -480,4 +498,9 @@ def test_only_the_shared_engines_server_is_still_running(started_servers, engine
     `started_servers` checks the shared one at the end."""
     e, _ = engine
     assert len(started_servers) > 5
-    assert [pid for pid, _ in started_servers if group_alive(pid)] == [e.server.pid]
+    assert [pid for pid, _, _ in started_servers if group_alive(pid)] == [e.server.pid]
+    # each server's temporary files (vLLM's sockets) in a folder of its own, gone with it
+    tmp = {pid: folder for pid, _, folder in started_servers}
+    environ = Path(f"/proc/{e.server.pid}/environ").read_bytes().split(b"\0")
+    assert f"TMPDIR={tmp[e.server.pid]}".encode() in environ and tmp[e.server.pid].is_dir()
+    assert not [str(f) for pid, f in tmp.items() if pid != e.server.pid and f.exists()]

@@ -5,9 +5,11 @@ that starts children stands in for the server."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +18,13 @@ import pytest
 
 from tracerl.config import RunConfig
 from tracerl.engines.guard import group_alive
-from tracerl.engines.vllm import EngineError, find_vllm_python, served_name
+from tracerl.engines.vllm import (
+    SOCKET_PATH_MAX,
+    EngineError,
+    find_vllm_python,
+    served_name,
+    server_tmpdir,
+)
 
 # a "server" of three processes: the shell and two children that would outlive it
 SERVER = ["bash", "-c", "sleep 300 & sleep 300 & wait"]
@@ -26,9 +34,10 @@ OWNER = textwrap.dedent(
     import os, subprocess, sys, time
     read, write = os.pipe()
     guard = subprocess.Popen(
-        [sys.executable, "-m", "tracerl.engines.guard", str(read), sys.argv[1], "--",
-         *sys.argv[2:]],
+        [sys.executable, "-m", "tracerl.engines.guard", "--scratch", sys.argv[1], str(read),
+         sys.argv[2], "--", *sys.argv[3:]],
         pass_fds=(read,),
+        env={**os.environ, "TMPDIR": sys.argv[1]},
     )
     os.close(read)
     print(guard.pid, flush=True)
@@ -52,10 +61,15 @@ def _gone(pgid: int, timeout: float = 20) -> bool:
     return not group_alive(pgid)
 
 
-def test_an_owner_killed_with_sigkill_takes_the_whole_group_with_it(tmp_path):
-    pidfile = tmp_path / "server.pid"
+def test_an_owner_killed_with_sigkill_takes_the_whole_group_and_its_files_with_it(tmp_path):
+    pidfile, scratch = tmp_path / "server.pid", tmp_path / "scratch"
+    scratch.mkdir()
+    # like vLLM: a socket-like file in its TMPDIR, never removed by the server itself
+    leaves = ["bash", "-c", 'mkdir "$TMPDIR/d" && touch "$TMPDIR/d/sock" && ' + SERVER[2]]
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(pidfile), *SERVER], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", OWNER, str(scratch), str(pidfile), *leaves],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         guard = int(owner.stdout.readline())
@@ -63,9 +77,15 @@ def test_an_owner_killed_with_sigkill_takes_the_whole_group_with_it(tmp_path):
         time.sleep(0.3)  # the shell has started its children
         assert os.getpgid(server) == server != os.getpgid(guard)  # a group of its own
         assert group_alive(server)
+        assert (scratch / "d" / "sock").exists()  # the server's TMPDIR is the scratch folder
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
         assert _gone(server), "the server's processes outlived their owner"
+        deadline = time.monotonic() + 10
+        while (scratch.exists() or pidfile.exists()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not scratch.exists(), "the server's temporary files outlived it"
+        assert not pidfile.exists(), "a pid file names a process that has ended"
     finally:
         owner.kill()
 
@@ -83,6 +103,7 @@ def test_a_server_that_exits_takes_its_leftovers_and_the_guard_reports_its_statu
         server = _wait_for(pidfile)
         assert guard.wait(timeout=20) == 3
         assert _gone(server, timeout=5)  # the background sleep did not survive it
+        assert pidfile.read_text() == str(server)  # left for the starter: its server ended
     finally:
         os.close(write)
         guard.kill()
@@ -103,6 +124,36 @@ def test_ctrl_c_leaves_the_server_to_the_trainer_and_closing_the_pipe_stops_it(t
     os.close(write)  # what the trainer's exit does
     assert guard.wait(timeout=20) == 0
     assert _gone(server, timeout=5)
+    assert not pidfile.exists()
+
+
+def test_a_guard_that_cannot_understand_its_command_line_says_how_to_call_it(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for args in (["--parent", "me", "-", "--", "true"], ["--scratch", str(scratch), "x"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "tracerl.engines.guard", *args], capture_output=True, text=True
+        )
+        assert run.returncode == 2 and "usage:" in run.stderr, args
+    assert scratch.exists()  # nothing was started: nothing of its to remove
+
+
+def test_a_vllm_servers_temporary_folder_fits_its_sockets_paths(tmp_path, monkeypatch):
+    """vLLM makes <TMPDIR>/<uuid4> sockets; a path over 107 bytes kills its engine."""
+    uuid = "0" * 36
+    short = Path(tempfile.mkdtemp(dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(short))  # short enough: used
+    made = Path(server_tmpdir())
+    assert made.parent == short and made.name.startswith("tracerl-vllm-")
+    shutil.rmtree(short)
+    deep = tmp_path / ("d" * 60) / ("e" * 40)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # a cluster job's TMPDIR: too deep
+    made = Path(server_tmpdir())
+    try:
+        assert len(str(made / uuid)) <= SOCKET_PATH_MAX and made.parent == Path("/tmp")
+    finally:
+        made.rmdir()
 
 
 def test_vllm_python_that_is_not_there_is_a_clear_error(tmp_path, monkeypatch):

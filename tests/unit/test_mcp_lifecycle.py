@@ -62,13 +62,25 @@ def _gone(pids: list[int], timeout: float = 15.0) -> bool:
 def _trainer(tmp_path: Path, mode: str) -> subprocess.Popen:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
+    (tmp_path / "tmp").mkdir()
     return subprocess.Popen(
         [sys.executable, str(script), str(tmp_path), mode],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "TMPDIR": str(tmp_path / "tmp"),  # what the trainer's side leaves behind
+        },
     )
+
+
+def _left_in_tmp(tmp_path: Path, timeout: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while any((tmp_path / "tmp").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return sorted(p.name for p in (tmp_path / "tmp").iterdir())
 
 
 def _pids(tmp_path: Path) -> dict[str, int]:
@@ -84,6 +96,7 @@ def test_servers_end_with_their_episode_and_at_exit(tmp_path):
     assert _alive(pids["wk"])  # the worker's lives on for the next episode...
     assert proc.wait(timeout=60) == 0
     assert _gone([pids["wk"]]), "the worker's server outlived the process"  # ...until exit
+    assert _left_in_tmp(tmp_path) == []
 
 
 def test_kill_9_of_the_trainer_mid_call_takes_every_server_with_it(tmp_path):
@@ -95,3 +108,4 @@ def test_kill_9_of_the_trainer_mid_call_takes_every_server_with_it(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert _gone(list(pids.values())), "an MCP server outlived a trainer killed with kill -9"
+    assert _left_in_tmp(tmp_path) == [], "the servers' pid files outlived them"

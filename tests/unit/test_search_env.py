@@ -200,7 +200,7 @@ def test_verl_parquet_round_trip(tmp_path):
     }
 
 
-def test_the_adversarial_split_is_labelled_and_the_oracle_survives_it(tiny):
+def test_the_adversarial_split_is_labelled_and_the_oracle_survives_it(tiny, tmp_path):
     """Every trap kind is present, in held-out topics; an oracle that searches the exact
     subject still answers, and per-kind success is reported."""
     from tracerl.evaluate import evaluate
@@ -213,18 +213,12 @@ def test_the_adversarial_split_is_labelled_and_the_oracle_survives_it(tiny):
     look = env.corpus.by_id[f"adv:look:{cases[0]['gold_docs'][0]}"]
     assert look.title != env.corpus.by_id[cases[0]["gold_docs"][0]].title  # one letter off
     policy = _policy(tiny, env, list(cases), "tools")
-    metrics = evaluate(policy, splits=("adversarial",), n=len(cases), out_dir=tiny_tmp())
+    metrics = evaluate(policy, splits=("adversarial",), n=len(cases), out_dir=tmp_path)
     for kind in ("look_alike", "dead_link", "conflict"):
         assert metrics[f"eval/adversarial/{kind}/success_rate"] == 1.0
     # timeouts: retried away, or the episode is the environment's (never a wrong answer)
     assert metrics["eval/adversarial/timeout/success_rate"] >= 0.5
     assert metrics["eval/adversarial/attribution/episodes_environment"] <= 0.25
-
-
-def tiny_tmp():
-    import tempfile
-
-    return tempfile.mkdtemp()
 
 
 def test_wiki_questions_cannot_be_passed_without_the_gold_document():

@@ -1,8 +1,8 @@
 """A server's keeper: runs a command in a process group of its own and ends the whole group
 when the process that asked for it goes away, however it goes.
 
-    python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...
-    python -m tracerl.engines.guard --parent PID PIDFILE -- COMMAND ...
+    python -m tracerl.engines.guard [--scratch DIR] FD PIDFILE -- COMMAND ...
+    python -m tracerl.engines.guard [--scratch DIR] --parent PID PIDFILE -- COMMAND ...
 
 The trainer starts this with the read end of a pipe (file descriptor `FD`) whose write end
 only the trainer holds. The kernel closes that end when the trainer exits for any reason,
@@ -17,8 +17,16 @@ running with the model and its KV cache in memory, which is why the whole group 
 
 The guard also ends when the command ends (the server crashed, or was killed): it kills
 what is left of the group and exits with the command's status, so the trainer sees one
-process to watch. It writes the command's pid to `PIDFILE`. The command gets
+process to watch. It writes the command's pid to `PIDFILE`, and removes it when it stops
+the group itself (its starter gone, or asking): the pid of a process that has ended names
+nothing, and may name another process later. A server that ended on its own leaves the file
+for its starter to read (the server is gone) and remove. The command gets
 ``PR_SET_PDEATHSIG`` (SIGTERM) so that it stops even if the guard itself is killed.
+
+``--scratch DIR``: a folder made for the command's own temporary files (its starter sets
+``TMPDIR`` to it; vLLM leaves its ZMQ sockets and ``vllm_dist_*`` files there and never
+removes them when it is stopped); removed, with what is in it, once the group has stopped,
+however it stopped, so a trainer killed with ``kill -9`` leaves nothing in ``/tmp`` either.
 
 Only the standard library: it runs before (and apart from) anything heavy.
 """
@@ -29,6 +37,7 @@ import contextlib
 import ctypes
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,19 +87,31 @@ def group_alive(pgid: int) -> bool:
 
 
 USAGE = (
-    "usage: python -m tracerl.engines.guard FD PIDFILE -- COMMAND ...\n"
-    "       python -m tracerl.engines.guard --parent PID PIDFILE -- COMMAND ..."
+    "usage: python -m tracerl.engines.guard [--scratch DIR] FD PIDFILE -- COMMAND ...\n"
+    "       python -m tracerl.engines.guard [--scratch DIR] --parent PID PIDFILE -- COMMAND ..."
 )
 
 
 def main(argv: list[str]) -> int:
-    parent = None
-    if argv[:1] == ["--parent"] and len(argv) > 1 and argv[1].isdigit():
-        parent, argv = int(argv[1]), ["-1", *argv[2:]]
-    if len(argv) < 4 or argv[2] != "--":
+    parent = scratch = None
+    while argv[:1] in (["--parent"], ["--scratch"]) and len(argv) > 1:
+        if argv[0] == "--scratch":
+            scratch, argv = argv[1], argv[2:]
+        elif argv[1].isdigit():
+            parent, argv = int(argv[1]), ["-1", *argv[2:]]
+        else:
+            break
+    if len(argv) < 4 or argv[2] != "--" or not argv[0].lstrip("-").isdigit():
         print(USAGE, file=sys.stderr)
         return 2
-    fd, pidfile, command = int(argv[0]), argv[1], argv[3:]
+    try:
+        return _guard(int(argv[0]), argv[1], argv[3:], parent)
+    finally:
+        if scratch is not None:  # the group has stopped: nothing of it writes there now
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _guard(fd: int, pidfile: str, command: list[str], parent: int | None) -> int:
     # a tool server, not a GPU engine: its starter (the MCP SDK) sends this guard SIGTERM
     # and SIGKILL 2 s later, so the guard must have ended the server well before that; a
     # guard killed outright takes the server with it (SIGKILL as its death signal)
@@ -128,6 +149,9 @@ def main(argv: list[str]) -> int:
     stop_group(child.pid, grace_s)
     with contextlib.suppress(Exception):
         child.wait(timeout=1)
+    if pidfile != "-":
+        with contextlib.suppress(OSError):
+            os.unlink(pidfile)
     return 0
 
 

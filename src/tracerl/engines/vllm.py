@@ -34,9 +34,11 @@ import json
 import os
 import pickle
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +171,7 @@ class VLLMServer:
         self.starts = 0
         self._guard: subprocess.Popen | None = None
         self._pipe: int | None = None
+        self._scratch: str | None = None  # the server group's TMPDIR, one per start
 
     def command(self, port: int) -> list[str]:
         s = self.settings
@@ -294,18 +297,22 @@ class VLLMServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.log.with_suffix(".pid").unlink(missing_ok=True)
         read, self._pipe = os.pipe()
+        # vLLM leaves its ZMQ sockets and vllm_dist_* files in the temporary folder when it
+        # is stopped: it gets one of its own, which the guard removes with the server
+        self._scratch = server_tmpdir()
+        env = {**self.environment(), "TMPDIR": self._scratch}
         watch = StartupWatch(self.log)
         with open(self.log, "a") as out:
             out.write(f"\n{STARTING} ({time.strftime('%H:%M:%S')}) ===\n")
             out.flush()
-            guard = [sys.executable, "-m", "tracerl.engines.guard", str(read)]
+            guard = [sys.executable, "-m", "tracerl.engines.guard", "--scratch", self._scratch]
             self._guard = subprocess.Popen(
-                [*guard, str(self.log.with_suffix(".pid")), "--", *self.command(port)],
+                [*guard, str(read), str(self.log.with_suffix(".pid")), "--", *self.command(port)],
                 pass_fds=(read,),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self.environment(),
+                env=env,
                 cwd=self.log.parent,
             )
         os.close(read)
@@ -390,11 +397,31 @@ class VLLMServer:
                 if pid is not None:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, 9)
+        # the guard's to remove, unless it was killed first or the server ended on its own
+        self.log.with_suffix(".pid").unlink(missing_ok=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         self.url = None
 
     def restart(self) -> str:
         self.stop()
         return self.start()
+
+
+# a Unix socket's path holds at most 107 bytes (sockaddr_un), and vLLM names its ZMQ sockets
+# <TMPDIR>/<uuid4>: a deep TMPDIR (a test's, a cluster job's) leaves its engine unstartable
+SOCKET_PATH_MAX = 107
+
+
+def server_tmpdir() -> str:
+    """A new folder for a vLLM server's temporary files: in the system's temporary folder, or
+    in ``/tmp`` where that one is too deep for the sockets' paths to fit."""
+    prefix, longest = "tracerl-vllm-", "tracerl-vllm-12345678/" + "0" * 36
+    for base in (tempfile.gettempdir(), "/tmp"):
+        if len(os.path.join(base, longest)) <= SOCKET_PATH_MAX and os.access(base, os.W_OK):
+            return tempfile.mkdtemp(prefix=prefix, dir=base)
+    return tempfile.mkdtemp(prefix=prefix)  # vLLM's own error will say what is wrong
 
 
 def visible_gpu(index: int) -> str:

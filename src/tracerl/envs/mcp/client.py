@@ -153,7 +153,11 @@ class Connection:
         env = {k: expand(v, f"{s.where()}: env.{k}") for k, v in s.env.items()}
         if "PYTHONPATH" in os.environ and "PYTHONPATH" not in env:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # how this process found tracerl
-        self._pidfile = Path(tempfile.mkdtemp(prefix="tracerl-mcp-")) / "server.pid"
+        # the guard writes the server's pid here (empty until then); removed by close(), or
+        # by the guard when it stops the server because this process is gone
+        fd, pidfile = tempfile.mkstemp(prefix="tracerl-mcp-", suffix=".pid")
+        os.close(fd)
+        self._pidfile = Path(pidfile)
         params = mcp.StdioServerParameters(
             command=guard[0],
             args=[*guard[1:], str(self._pidfile), "--", *command],
@@ -210,9 +214,8 @@ class Connection:
                 self._errlog.close()
             self._errlog = None
         if self._pidfile is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError):
                 self._pidfile.unlink(missing_ok=True)
-                self._pidfile.parent.rmdir()
 
     # ---- what went wrong -------------------------------------------------------------------
     def _why(self, what: str) -> str:
