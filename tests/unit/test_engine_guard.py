@@ -91,19 +91,19 @@ def test_an_owner_killed_with_sigkill_takes_the_whole_group_and_its_files_with_i
 
 
 def test_a_server_that_exits_takes_its_leftovers_and_the_guard_reports_its_status(tmp_path):
-    pidfile = tmp_path / "server.pid"
+    pidfile, scratch = tmp_path / "server.pid", tmp_path / "scratch"
+    scratch.mkdir()
     read, write = os.pipe()
     exits = ["bash", "-c", "sleep 300 & sleep 0.5; exit 3"]
-    guard = subprocess.Popen(
-        [sys.executable, "-m", "tracerl.engines.guard", str(read), str(pidfile), "--", *exits],
-        pass_fds=(read,),
-    )
+    guard = [sys.executable, "-m", "tracerl.engines.guard", "--scratch", str(scratch)]
+    guard = subprocess.Popen([*guard, str(read), str(pidfile), "--", *exits], pass_fds=(read,))
     os.close(read)
     try:
         server = _wait_for(pidfile)
         assert guard.wait(timeout=20) == 3
         assert _gone(server, timeout=5)  # the background sleep did not survive it
-        assert pidfile.read_text() == str(server)  # left for the starter: its server ended
+        # left for the starter to read (its log, say) and remove: its server ended
+        assert pidfile.read_text() == str(server) and scratch.is_dir()
     finally:
         os.close(write)
         guard.kill()
@@ -127,7 +127,7 @@ def test_ctrl_c_leaves_the_server_to_the_trainer_and_closing_the_pipe_stops_it(t
     assert not pidfile.exists()
 
 
-def test_a_guard_that_cannot_understand_its_command_line_says_how_to_call_it(tmp_path):
+def test_a_guard_that_cannot_understand_its_command_line_or_run_its_command_says_so(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     for args in (["--parent", "me", "-", "--", "true"], ["--scratch", str(scratch), "x"]):
@@ -136,6 +136,12 @@ def test_a_guard_that_cannot_understand_its_command_line_says_how_to_call_it(tmp
         )
         assert run.returncode == 2 and "usage:" in run.stderr, args
     assert scratch.exists()  # nothing was started: nothing of its to remove
+    run = subprocess.run(
+        [sys.executable, "-m", "tracerl.engines.guard", "-1", "-", "--", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 127 and f"cannot run {tmp_path / 'nope'}" in run.stderr
 
 
 def test_a_vllm_servers_temporary_folder_fits_its_sockets_paths(tmp_path, monkeypatch):

@@ -16,9 +16,12 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -168,8 +171,8 @@ def test_a_server_that_dies_mid_episode_is_the_environments_failure(base_tokeniz
     class Dying(OpenEnv):
         async def setup(self, task, seed):
             messages = await super().setup(task, seed)
-            os.killpg(self.served.process.pid, signal.SIGKILL)  # the server crashes
-            self.served.process.wait()
+            os.killpg(self.served.server_pid, signal.SIGKILL)  # the server crashes
+            self.served.process.wait()  # its guard ends with it
             return messages
 
     tasks = _env().sample_tasks(2, seed=0)
@@ -193,6 +196,11 @@ def test_an_unreachable_or_raising_server_is_the_environments_failure():
 
     with pytest.raises(ServerError, match="does not answer"):
         make("openenv", base_url=f"http://127.0.0.1:{free_port()}", start_timeout_s=2).prepare()
+    with pytest.raises(ServerError, match="cannot run no-such-server: not an executable"):
+        make("openenv", command=["no-such-server", "--port", "{port}"]).prepare()
+    with pytest.raises(ServerError, match=r"did not start \(it exited with status 3\)") as e:
+        make("openenv", command=["bash", "-c", "echo broken; exit 3", "{port}"]).prepare()
+    assert "broken" in str(e.value)  # its log's tail
     # the environment raises while stepping: its own bug, never the policy's
     task = _env().sample_tasks(1)[0]
     result, _ = _episode(_env(), task, "raise")
@@ -279,6 +287,44 @@ def test_another_server_on_the_port_is_never_taken_for_ours(monkeypatch):
     task = _env().sample_tasks(1, seed=0)[0]
     result, b = _episode(make("openenv", command=command), task, solve(task))
     assert b.succeeded and result.info["openenv"]["reward"] == 1.0
+
+
+TRAINER = """
+import sys, time
+from tracerl.envs import make
+env = make("openenv", command=sys.argv[1:])
+env.prepare()
+print(env.served.server_pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_trainer_killed_with_sigkill_leaves_no_server(tmp_path):
+    """A command's server (which, unlike an app's, has no watch of its own on its starter)
+    goes with a trainer killed outright, its children and its log folder with it."""
+    from tracerl.engines.guard import group_alive
+
+    root = Path(__file__).resolve().parents[2]
+    command = [openenv_python(), "-m", "uvicorn", APP, "--port", "{port}"]
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, *command],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(tmp_path)},
+    )
+    try:
+        server = int(trainer.stdout.readline())
+        assert group_alive(server)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while (group_alive(server) or any(tmp_path.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not group_alive(server), "the OpenEnv server outlived its trainer"
+        assert not list(tmp_path.iterdir()), "its log folder outlived it"
+    finally:
+        trainer.kill()
 
 
 def test_tracerls_client_sees_what_openenvs_own_client_sees():

@@ -23,10 +23,11 @@ nothing, and may name another process later. A server that ended on its own leav
 for its starter to read (the server is gone) and remove. The command gets
 ``PR_SET_PDEATHSIG`` (SIGTERM) so that it stops even if the guard itself is killed.
 
-``--scratch DIR``: a folder made for the command's own temporary files (its starter sets
-``TMPDIR`` to it; vLLM leaves its ZMQ sockets and ``vllm_dist_*`` files there and never
-removes them when it is stopped); removed, with what is in it, once the group has stopped,
-however it stopped, so a trainer killed with ``kill -9`` leaves nothing in ``/tmp`` either.
+``--scratch DIR``: a folder made for the command's files (its log, or its temporary files:
+vLLM's starter sets ``TMPDIR`` to it, since vLLM leaves its ZMQ sockets and ``vllm_dist_*``
+files behind when it is stopped); removed with what is in it when the guard stops the group
+itself, so a trainer killed with ``kill -9`` leaves nothing in ``/tmp`` either. Like the pid
+file, it stays for the starter to read and remove when the server ended on its own.
 
 Only the standard library: it runs before (and apart from) anything heavy.
 """
@@ -104,14 +105,12 @@ def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--" or not argv[0].lstrip("-").isdigit():
         print(USAGE, file=sys.stderr)
         return 2
-    try:
-        return _guard(int(argv[0]), argv[1], argv[3:], parent)
-    finally:
-        if scratch is not None:  # the group has stopped: nothing of it writes there now
-            shutil.rmtree(scratch, ignore_errors=True)
+    return _guard(int(argv[0]), argv[1], argv[3:], parent, scratch)
 
 
-def _guard(fd: int, pidfile: str, command: list[str], parent: int | None) -> int:
+def _guard(
+    fd: int, pidfile: str, command: list[str], parent: int | None, scratch: str | None
+) -> int:
     # a tool server, not a GPU engine: its starter (the MCP SDK) sends this guard SIGTERM
     # and SIGKILL 2 s later, so the guard must have ended the server well before that; a
     # guard killed outright takes the server with it (SIGKILL as its death signal)
@@ -123,9 +122,13 @@ def _guard(fd: int, pidfile: str, command: list[str], parent: int | None) -> int
         nonlocal stopping
         stopping = True
 
-    child = subprocess.Popen(
-        command, start_new_session=True, preexec_fn=lambda: _die_with_parent(death)
-    )
+    try:
+        child = subprocess.Popen(
+            command, start_new_session=True, preexec_fn=lambda: _die_with_parent(death)
+        )
+    except OSError as e:  # the starter reads this in the command's log, and the status
+        print(f"tracerl.engines.guard: cannot run {command[0]}: {e}", file=sys.stderr)
+        return 127
     signal.signal(signal.SIGTERM, _stop)
     # Ctrl-C reaches the trainer's whole process group, this guard included: the trainer
     # finishes its step and checkpoints, on this server; the pipe says when it is done
@@ -149,9 +152,12 @@ def _guard(fd: int, pidfile: str, command: list[str], parent: int | None) -> int
     stop_group(child.pid, grace_s)
     with contextlib.suppress(Exception):
         child.wait(timeout=1)
+    # stopped here: nothing of the group writes any more, and its starter reads neither
     if pidfile != "-":
         with contextlib.suppress(OSError):
             os.unlink(pidfile)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

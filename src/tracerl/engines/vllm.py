@@ -299,6 +299,8 @@ class VLLMServer:
         read, self._pipe = os.pipe()
         # vLLM leaves its ZMQ sockets and vllm_dist_* files in the temporary folder when it
         # is stopped: it gets one of its own, which the guard removes with the server
+        if self._scratch is not None:  # a server that ended on its own, never stopped
+            shutil.rmtree(self._scratch, ignore_errors=True)
         self._scratch = server_tmpdir()
         env = {**self.environment(), "TMPDIR": self._scratch}
         watch = StartupWatch(self.log)

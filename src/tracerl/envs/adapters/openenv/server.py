@@ -3,8 +3,11 @@ starts itself, once per process, before the first episode (`serve`, called from 
 environment's ``prepare``): an ASGI app served by uvicorn in the Python that has openenv-core
 (``.venv-openenv`` from ``make openenv``), or any command, on a free loopback port. Ready
 when ``/health`` answers; its ``/metadata`` and ``/schema`` are read then, once. It stops
-when the process exits (`stop_all`), and a server tracerl started from an app also stops by
-itself when the process that started it is gone (killed outright, it cannot clean up).
+when the process exits (`stop_all`). A server tracerl starts runs in a process group of its
+own behind `tracerl.engines.guard` (started by name: it is the engines' layer, above this
+one), which holds the read end of a pipe only this process writes: when this process is gone,
+however it went (``kill -9`` included, which runs no clean-up), the guard stops the server's
+whole group, a command's children with it.
 
 The port is never one another server could hold: an app's server binds a free port itself
 and writes it to a file tracerl reads; a command needs its port on its command line, so
@@ -15,6 +18,7 @@ command and answers there took the port first: an error, not the server.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import os
@@ -96,11 +100,22 @@ class Served:
     schema: dict[str, Any]
     openenv_version: str | None = None
     process: subprocess.Popen[bytes] | None = None
+    """Its guard (`tracerl.engines.guard`): running while the server runs, its status then."""
     log: Path | None = None
     """Its output, in a folder of its own (removed when it stops)."""
+    pipe: int | None = None
+    """The write end of the guard's pipe: closed, the guard stops the server."""
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
+
+    @property
+    def server_pid(self) -> int | None:
+        """The server's own pid (the leader of its process group), once the guard wrote it."""
+        try:
+            return int((self.log.parent / "server.pid").read_text()) if self.log else None
+        except (OSError, ValueError):
+            return None
 
 
 _SERVED: dict[Launch, Served] = {}
@@ -204,25 +219,40 @@ def _start(launch: Launch) -> Served:
         env["PORT"] = str(port)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH")) if p)
     env.pop("ENABLE_WEB_INTERFACE", None)  # the API alone (the web UI needs gradio)
+    runnable = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if runnable is None or not os.access(Path(cwd, runnable), os.X_OK):
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ServerError(f"openenv: cannot run {argv[0]}: not an executable file", INSTALL)
+    read, pipe = os.pipe()
+    # the guard removes `folder` if it stops the server because this process is gone
+    guard = [sys.executable, "-m", "tracerl.engines.guard", "--scratch", str(folder), str(read)]
+    guard.append(str(folder / "server.pid"))
     with log.open("wb") as out:
         try:
             process = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                [*guard, "--", *argv],
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(read,),
             )
         except OSError as e:
+            os.close(pipe)
             shutil.rmtree(folder, ignore_errors=True)
-            raise ServerError(f"openenv: cannot run {argv[0]}: {e}", INSTALL) from e
+            raise ServerError(f"openenv: cannot run {sys.executable}: {e}", INSTALL) from e
+        finally:
+            os.close(read)
     deadline, problem = time.monotonic() + launch.start_timeout_s, None
     if port is None:
         port, problem = _reported_port(port_file, deadline, process)
     url = f"http://{HOST}:{port}"
-    served = Served(url, {}, {}, version, process, log)
+    served = Served(url, {}, {}, version, process, log, pipe)
     problem = problem or _wait_healthy(url, deadline, process)
     if not problem and launch.command and _foreign(process, port or 0):
         problem = f"port {port} is another process's, not the command's (it took it first)"
     if problem:
-        if process.poll() is None:
-            _end(process)
+        _end(served)
         tail = _tail(log)  # read before its folder goes
         _stop(served)
         raise ServerError(
@@ -334,25 +364,29 @@ def _described(url: str, version: str | None) -> Served:
 
 
 def _stop(served: Served) -> None:
-    p = served.process
-    if p is not None and p.poll() is None:
-        _end(p)
+    _end(served)
     if served.log is not None:
         shutil.rmtree(served.log.parent, ignore_errors=True)
 
 
-def _end(p: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, SIGKILL it if it lingers."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            p.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _end(served: Served) -> None:
+    """Stop the server's process group: its guard's pipe closed, the guard sends SIGTERM,
+    then SIGKILL to what lingers; the group killed here if the guard itself does not end."""
+    pid = served.server_pid  # read first: the guard removes the file once it stopped it
+    if served.pipe is not None:
+        with contextlib.suppress(OSError):
+            os.close(served.pipe)
+        served.pipe = None
+    p = served.process
+    if p is None:
+        return
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        for target in (pid,) if pid is not None else ():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(target, signal.SIGKILL)
 
 
 def _tail(log: Path, lines: int = 30) -> str:
