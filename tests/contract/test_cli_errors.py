@@ -331,6 +331,44 @@ def test_a_mistake_is_two_lines_exit_2_and_changes_nothing(case, world, tmp_path
     assert not any(cache.iterdir()), "a model or tokenizer was loaded before the error"
 
 
+IMPORTS = """
+import sys
+from tracerl.cli import app
+sys.argv = ["tracerl", *sys.argv[1:]]
+try:
+    app()
+except SystemExit as e:
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "numpy"})
+    print(e.code, *heavy)
+"""
+
+CONFIG_MISTAKES = [
+    "malformed yaml",
+    "unknown key in a file",
+    "unknown key in an override",
+    "override with a bad type",
+    "check-env with neither an environment nor a config",
+]
+
+
+@pytest.mark.parametrize("case", CONFIG_MISTAKES)
+def test_a_mistake_in_a_config_is_told_before_the_model_stack_loads(case, world, tmp_path):
+    """Reading a config needs no torch: its mistakes are told in a fraction of a second, not
+    after the seconds torch and transformers take to import."""
+    args = [a.replace("RUNS", str(world["runs"])) for a in CASES[case][0]]
+    env = {**os.environ, "TRACERL_CACHE": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", IMPORTS, *args],
+        cwd=world["site"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.stdout.split() == ["2"], (r.stdout, r.stderr)  # exit 2; none of them imported
+    assert r.stderr.startswith("error: ")
+
+
 def test_bare_train_prints_usage_and_the_configs_found_and_starts_nothing(world, tmp_path):
     (world["site"] / "configs").mkdir(exist_ok=True)
     (world["site"] / "configs" / "mine.yaml").write_text("name: mine\n")
