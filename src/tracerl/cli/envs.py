@@ -40,11 +40,7 @@ def check_env_cmd(
     found or built."""
     from tracerl.config import ConfigError
     from tracerl.config.loading import apply_overrides, load_config
-    from tracerl.envs.registry import env_factory
-    from tracerl.models.loading import smollm2_tokenizer
-    from tracerl.models.render import ChatRenderer
     from tracerl.preflight import build_probe
-    from tracerl.rollout.env_check import check_env
 
     kwargs = apply_overrides({}, list(arg or []))
     mcp: list = []
@@ -70,6 +66,11 @@ def check_env_cmd(
     except ConfigError as e:
         message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
         raise ConfigError(message, e.hint) from e
+    from tracerl.envs.registry import env_factory  # the model stack: once the env is known
+    from tracerl.models.loading import smollm2_tokenizer
+    from tracerl.models.render import ChatRenderer
+    from tracerl.rollout.env_check import check_env
+
     say("  loading the tokenizer its scripted episodes are rendered with ...")
     renderer = ChatRenderer(smollm2_tokenizer())
     say("  checks: versions, schemas, splits, determinism, dry runs, reward")

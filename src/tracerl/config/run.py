@@ -107,7 +107,7 @@ class RunConfig(_Config):
     @model_validator(mode="after")
     def _precision(self) -> RunConfig:
         """``model.dtype`` (what the forward computes in) and ``trainer.precision`` agree."""
-        from tracerl.models.placement import precision_conflict
+        from tracerl.models.precision import precision_conflict
 
         why = precision_conflict(self.model.dtype, self.trainer.precision)
         if why:

@@ -1,14 +1,23 @@
-"""Policies and the chat renderer."""
+"""Policies and the chat renderer.
 
-from tracerl.models.conversation import Conversation
-from tracerl.models.loading import (
-    MODEL_SPECS,
-    ModelNotFoundError,
-    PolicyBundle,
-    cache_dir,
-)
-from tracerl.models.render import ChatRenderer, tools_block
-from tracerl.models.specs import load
+The names below are loaded lazily (PEP 562): a config imports this package's torch-free
+modules (`tracerl.models.precision`) without torch and transformers coming with them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_WHERE = {
+    "MODEL_SPECS": "tracerl.models.loading",
+    "ChatRenderer": "tracerl.models.render",
+    "Conversation": "tracerl.models.conversation",
+    "ModelNotFoundError": "tracerl.models.loading",
+    "PolicyBundle": "tracerl.models.loading",
+    "cache_dir": "tracerl.models.loading",
+    "load": "tracerl.models.specs",
+    "tools_block": "tracerl.models.render",
+}
 
 __all__ = [
     "MODEL_SPECS",
@@ -20,3 +29,17 @@ __all__ = [
     "load",
     "tools_block",
 ]
+
+if TYPE_CHECKING:
+    from tracerl.models.conversation import Conversation
+    from tracerl.models.loading import MODEL_SPECS, ModelNotFoundError, PolicyBundle, cache_dir
+    from tracerl.models.render import ChatRenderer, tools_block
+    from tracerl.models.specs import load
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'tracerl.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # once
+    return value

@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-PRECISIONS = ("auto", "fp32", "bf16-mixed", "bf16")
+from tracerl.models.precision import precision_conflict
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _MARK = "_tracerl_placement"
 
@@ -105,23 +106,6 @@ def resolve_device(device: str) -> torch.device:
         index = int(local) if local is not None else torch.cuda.current_device()
         return torch.device("cuda", index)
     return torch.device(device)
-
-
-def precision_conflict(dtype: str, precision: str) -> str | None:
-    """Why ``model.dtype`` and ``trainer.precision`` cannot go together (None: they can)."""
-    if precision not in PRECISIONS:
-        return f"trainer.precision: {precision!r} is not one of {', '.join(PRECISIONS)}"
-    if dtype == "float32" and precision in ("bf16-mixed", "bf16"):
-        return (
-            f"model.dtype=float32 computes in fp32 but trainer.precision={precision} computes "
-            "in bf16: set model.dtype=auto (or bfloat16), or trainer.precision=fp32"
-        )
-    if dtype == "bfloat16" and precision == "fp32":
-        return (
-            "model.dtype=bfloat16 computes in bf16 but trainer.precision=fp32 computes in "
-            "fp32: set model.dtype=auto (or float32), or trainer.precision=bf16-mixed"
-        )
-    return None
 
 
 def resolve(device: str = "auto", dtype: str = "auto", precision: str = "auto") -> Placement:
