@@ -343,8 +343,8 @@ except SystemExit as e:
     print("exit", e.code, *heavy)
 """
 
-# mistakes found only by running the environment's first episode, reading the run directory
-# (after the learner's modules load) or reading trajectories: told after torch loads
+# mistakes found only by running the environment's first episode, building its search index,
+# or reading the run directory after the learner's modules load: told after they load
 LOADS_FIRST = {
     "an environment whose reset always raises",
     "a reward that returns a string",
@@ -353,8 +353,6 @@ LOADS_FIRST = {
     "resuming a run that is not there",
     "resuming with another config",
     "the run exists",
-    "sft on a missing file",
-    "sft with a learning rate below zero",
 }
 
 

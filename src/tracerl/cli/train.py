@@ -88,6 +88,9 @@ def _usage() -> None:
     raise typer.Exit(2)
 
 
+FROM = "pass a run directory or a .jsonl(.gz) of trajectories"
+
+
 def sft(
     data: Annotated[Path, typer.Argument(help="a run directory or a trajectories .jsonl(.gz)")],
     out: Annotated[Path, typer.Option(help="folder to save the tuned model (load it as hf:OUT)")],
@@ -101,20 +104,23 @@ def sft(
     """Supervised fine-tuning on trajectories, with loss on policy tokens only.
 
     The masks are RL's: tool output, prompts and template tokens never carry loss."""
-    from tracerl.models import load
     from tracerl.models.specs import check_spec
-    from tracerl.train.sft import sft as run_sft
-    from tracerl.train.sft import sft_data
 
     check_spec(model)
     if lr <= 0 or epochs < 1:
         raise fail(f"--lr must be above 0 and --epochs at least 1, got {lr} and {epochs}")
     if out.exists() and not out.is_dir():
         raise fail(f"--out {out} is a file", "give a folder to save the model in")
+    if not data.exists():
+        raise fail(f"{data}: no such file or folder", FROM)
+    from tracerl.models import load  # the model stack: once what it is given is checked
+    from tracerl.train.sft import sft as run_sft
+    from tracerl.train.sft import sft_data
+
     try:
         trajectories = sft_data(data, successful_only=not all_episodes)
     except FileNotFoundError as e:
-        raise fail(str(e), "pass a run directory or a .jsonl(.gz) of trajectories") from e
+        raise fail(str(e), FROM) from e
     except UnicodeDecodeError:
         raise fail(f"{data}: not a text file of trajectories (.jsonl or .jsonl.gz)") from None
     except ValueError as e:
