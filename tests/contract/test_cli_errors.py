@@ -343,16 +343,13 @@ except SystemExit as e:
     print("exit", e.code, *heavy)
 """
 
-# mistakes found only by running the environment's first episode, building its search index,
-# or reading the run directory after the learner's modules load: told after they load
+# mistakes found only by running the environment's first episode or building its search
+# index: told after the model stack loads
 LOADS_FIRST = {
     "an environment whose reset always raises",
     "a reward that returns a string",
     "eval of a config whose environment cannot reset",
     "eval with a corpus that has no questions",
-    "resuming a run that is not there",
-    "resuming with another config",
-    "the run exists",
 }
 
 

@@ -4,6 +4,7 @@ checkpoint as a Hugging Face folder)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -53,6 +54,10 @@ def train(
     if print_config:
         sys.stdout.write(dump_config(cfg))  # raw: never wrapped, valid YAML when piped
         return
+    if os.environ.get("RANK", "0") == "0":  # torchrun's other ranks: rank 0 writes the run
+        from tracerl.train.resume import check_start
+
+        check_start(cfg.run_dir, cfg.model_dump(mode="json"), resume)  # before torch loads
     from tracerl.train.distributed import group
     from tracerl.train.loop import train as run_training
     from tracerl.train.run import Run

@@ -50,7 +50,7 @@ from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.interrupt import Interrupts, StopRun, set_phase, starting
 from tracerl.train.learner import Learner
 from tracerl.train.metrics import citation_metrics
-from tracerl.train.resume import check_resumable, has_eval, refuse_existing_run, trim_metrics
+from tracerl.train.resume import check_start, has_eval, trim_metrics
 from tracerl.train.run import Run
 from tracerl.train.warm_start import warm_start_stage
 
@@ -76,11 +76,8 @@ def train(
     run = run or Run(prepared or prepare(cfg))
     cfg = run.cfg
     run_dir = cfg.run_dir
-    if resume:
-        check_resumable(run_dir, cfg.model_dump(mode="json"))
+    check_start(run_dir, cfg.model_dump(mode="json"), resume)
     ckpt = latest_checkpoint(run_dir) if resume else None
-    if not resume:
-        refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
     command = f"tracerl train {shlex.quote(str(run_dir / 'config.yaml'))} --resume"
     try:
         with starting():

@@ -35,6 +35,16 @@ def refuse_existing_run(run_dir: Path, hint: str) -> None:
         raise RunExistsError(f"{run_dir} already holds a run", hint)
 
 
+def check_start(run_dir: Path, config: dict[str, Any], resume: bool) -> None:
+    """What `tracerl train` checks of its run directory before it starts (`config`: the run's
+    config as JSON): a run to resume is there and resumed with its own config; a new run
+    never goes where one is. Torch-free: the command runs it before the learner loads."""
+    if resume:
+        check_resumable(run_dir, config)
+    else:
+        refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
+
+
 MAY_CHANGE = (
     "trainer.steps",
     "trainer.eval_every",
