@@ -10,7 +10,10 @@ ratio to two baselines measured in the same run: `tracerl --version` (the floor:
 the command) and `python -c "import torch"` (what the error would cost if it came after
 torch). On an idle 2-core machine a mistake should take well under a second: measured
 0.56-0.69 s per mistake, `tracerl --version` 0.14 s, `import torch` 1.87 s (5 runs each,
-torch never loaded before the error).
+torch never loaded before the error). That broke unnoticed once (2026-12-02 to 12-05: a
+config module imported a rollout module whose package loaded the samplers, 4.2-4.8 s per
+mistake): `tests/contract/test_cli_errors.py` now checks that no mistake it lists loads
+torch, transformers or numpy before it is told, except those that run an episode.
 """
 
 from __future__ import annotations
