@@ -172,7 +172,8 @@ bubblewrap:
 # cache, 21 for the whole command on a fresh clone (2026-12-03, 952 tests); pytest 13.6 minutes
 # for 1206 tests on a fresh clone on 2026-12-04, 17 for the whole command; 15.8 and 19.4 for
 # 1232 tests on 2026-12-05, on a slower day; 16.7 and 20.5 for 1243 tests later that day;
-# 21.0 and 25.4 for 1251 tests, 25.3 and 31.3 for 1257, on a machine half again as slow
+# 21.0 and 25.4 for 1251 tests, 25.3 and 31.3 for 1257, on a machine half again as slow;
+# 17.7 and 22.5 for 1302 at 1594912 (config mistakes told before torch loads)
 # (README has the gauge)
 # (tests/conftest.py says what the workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
