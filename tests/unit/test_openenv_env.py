@@ -200,7 +200,11 @@ def test_an_unreachable_or_raising_server_is_the_environments_failure():
         make("openenv", command=["no-such-server", "--port", "{port}"]).prepare()
     with pytest.raises(ServerError, match=r"did not start \(it exited with status 3\)") as e:
         make("openenv", command=["bash", "-c", "echo broken; exit 3", "{port}"]).prepare()
-    assert "broken" in str(e.value)  # its log's tail
+    assert "broken" in str(e.value).split("its log:")[1]
+    slow = ["bash", "-c", 'echo "$1" loading; sleep 60', "{port}", "still"]
+    with pytest.raises(ServerError, match=r"did not start \(not ready in time") as e:
+        make("openenv", command=slow, start_timeout_s=2).prepare()
+    assert "still loading" in str(e.value).split("its log:")[1]  # read before it was stopped
     # the environment raises while stepping: its own bug, never the policy's
     task = _env().sample_tasks(1)[0]
     result, _ = _episode(_env(), task, "raise")

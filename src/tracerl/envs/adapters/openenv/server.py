@@ -252,8 +252,7 @@ def _start(launch: Launch) -> Served:
     if not problem and launch.command and _foreign(process, port or 0):
         problem = f"port {port} is another process's, not the command's (it took it first)"
     if problem:
-        _end(served)
-        tail = _tail(log)  # read before its folder goes
+        tail = _tail(log)  # read first: the guard removes its folder when it stops the server
         _stop(served)
         raise ServerError(
             f"openenv: the server for {launch.describe()} did not start ({problem}); "
