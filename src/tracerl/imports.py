@@ -15,10 +15,26 @@ import difflib
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 from tracerl.errors import NotFoundError, UserError
+
+
+def lazy_names(package: str, where: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module-level ``__getattr__`` (PEP 562) for the names in `where` (name: the
+    module that defines it): each is imported on first use and kept, so importing the package
+    loads none of them (no torch for a config's checks)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[name]), name)
+        setattr(sys.modules[package], name, value)  # once
+        return value
+
+    return __getattr__
 
 
 def is_import_path(name: str) -> bool:

@@ -299,8 +299,7 @@ class VLLMServer:
         read, self._pipe = os.pipe()
         # vLLM leaves its ZMQ sockets and vllm_dist_* files in the temporary folder when it
         # is stopped: it gets one of its own, which the guard removes with the server
-        if self._scratch is not None:  # a server that ended on its own, never stopped
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        self._drop_scratch()  # a server that ended on its own, never stopped
         self._scratch = server_tmpdir()
         env = {**self.environment(), "TMPDIR": self._scratch}
         watch = StartupWatch(self.log)
@@ -401,10 +400,13 @@ class VLLMServer:
                         os.killpg(pid, 9)
         # the guard's to remove, unless it was killed first or the server ended on its own
         self.log.with_suffix(".pid").unlink(missing_ok=True)
+        self._drop_scratch()
+        self.url = None
+
+    def _drop_scratch(self) -> None:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
-        self.url = None
 
     def restart(self) -> str:
         self.stop()

@@ -5,8 +5,9 @@ modules (`tracerl.models.precision`) without torch and transformers coming with 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tracerl.imports import lazy_names
 
 _WHERE = {
     "MODEL_SPECS": "tracerl.models.loading",
@@ -37,9 +38,4 @@ if TYPE_CHECKING:
     from tracerl.models.specs import load
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'tracerl.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # once
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)

@@ -6,8 +6,9 @@ so a mistake in one is reported before the model stack is imported."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tracerl.imports import lazy_names
 
 _WHERE = {
     "BatchedHFSampler": "tracerl.rollout.batched",
@@ -38,9 +39,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'tracerl.rollout' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # once
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)

@@ -14,10 +14,11 @@ the attribute), so the package itself answers the call, imported first or not.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
+
+from tracerl.imports import lazy_names
 
 _EXPORTS = {
     "Batch": "tracerl.train.batch",
@@ -28,10 +29,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tracerl.train' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_names(__name__, _EXPORTS)
 
 
 class _CallableModule(types.ModuleType):

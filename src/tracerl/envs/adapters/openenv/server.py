@@ -225,12 +225,11 @@ def _start(launch: Launch) -> Served:
         raise ServerError(f"openenv: cannot run {argv[0]}: not an executable file", INSTALL)
     read, pipe = os.pipe()
     # the guard removes `folder` if it stops the server because this process is gone
-    guard = [sys.executable, "-m", "tracerl.engines.guard", "--scratch", str(folder), str(read)]
-    guard.append(str(folder / "server.pid"))
+    guard = [sys.executable, "-m", "tracerl.engines.guard", "--scratch", str(folder)]
     with log.open("wb") as out:
         try:
             process = subprocess.Popen(
-                [*guard, "--", *argv],
+                [*guard, str(read), str(folder / "server.pid"), "--", *argv],
                 cwd=cwd,
                 env=env,
                 stdout=out,
@@ -383,9 +382,9 @@ def _end(served: Served) -> None:
         p.wait(timeout=30)
     except subprocess.TimeoutExpired:
         p.kill()
-        for target in (pid,) if pid is not None else ():
+        if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(target, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _tail(log: Path, lines: int = 30) -> str:
