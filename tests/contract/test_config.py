@@ -138,3 +138,22 @@ def test_an_empty_importance_sampling_mask_range_is_refused():
             load_config(None, [f"trainer.is_mask_low={low}", f"trainer.is_mask_high={high}"])
     with pytest.raises(ConfigError, match=r"trainer\.is_mask: Input should be"):
         load_config(None, ["trainer.is_mask=tokens"])
+
+
+def test_a_misspelled_key_inside_a_mapping_of_sections_lists_that_sections_keys(tmp_path):
+    """`env.mcp[].annotations` maps tool names to hints: a misspelled hint is told with the
+    hints a tool may have, spelled as the MCP spec spells them and in snake_case."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "name: x\nenv:\n  name: arithmetic\n  mcp:\n    - name: kv\n"
+        "      command: [python, -m, kv]\n      annotations:\n        get: {readOnly: true}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.message == (
+        f"{path}:8: unknown key 'env.mcp.0.annotations.get.readOnly'; "
+        "did you mean 'env.mcp.0.annotations.get.readOnlyHint'?"
+    )
+    assert e.value.hint.startswith(
+        "valid keys of env.mcp.0.annotations.get: readOnlyHint, read_only_hint, destructiveHint"
+    )

@@ -58,7 +58,10 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], Any]:
     """The file's mapping and its YAML node tree (for line numbers)."""
     if not path.is_file():
         what = "a folder, not a config file" if path.is_dir() else "no such config file"
-        raise ConfigError(f"{path}: {what}", "pass a YAML config, e.g. configs/demo.yaml")
+        hint = "pass a YAML config, e.g. configs/demo.yaml"
+        if (path / "config.yaml").is_file():  # a run's folder
+            hint = f"its config is {path / 'config.yaml'} (tracerl train --resume {path})"
+        raise ConfigError(f"{path}: {what}", hint)
     try:
         text = path.read_text()
         node = yaml.compose(text)
@@ -141,15 +144,41 @@ def _line(node: Any, loc: tuple[Any, ...]) -> int | None:
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The config model that holds the key at `loc` (for "did you mean")."""
     model: type[BaseModel] = RunConfig
-    for part in loc[:-1]:
+    parts, i = loc[:-1], 0
+    while i < len(parts):
+        part, i = parts[i], i + 1
         if isinstance(part, int):  # an item of a list section
             continue
         field = model.model_fields.get(part)
-        found = nested_model(field.annotation) if field is not None else None
-        if found is None:
+        if field is None:
             return None
-        model = found[0]
+        found = nested_model(field.annotation)
+        if found is not None:
+            model = found[0]
+        elif (entry := _entry_model(field.annotation)) is not None:
+            model, i = entry, i + 1  # a mapping of names to sections: skip the name
+        else:
+            return None
     return model
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """A section's keys as a config may spell them: a field's alias first where it has one
+    (``readOnlyHint``, the MCP spec's name), then its own name."""
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        keys += [field.alias, name] if field.alias and field.alias != name else [name]
+    return keys
+
+
+def _entry_model(ann: Any) -> type[BaseModel] | None:
+    """The section model of a ``dict[str, Model]`` field (``env.mcp[].annotations``)."""
+    ann, _ = strip_optional(ann)
+    if typing.get_origin(ann) is dict:
+        value, _ = strip_optional(typing.get_args(ann)[-1])
+        if is_model(value):
+            return value
+    return None
 
 
 def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
@@ -162,7 +191,7 @@ def _explain(err: dict[str, Any], origin: str, node: Any) -> tuple[str, str]:
         return f"{where}: {err['msg'].removeprefix('Value error, ')}", REFERENCE
     if err["type"] == "extra_forbidden":
         model = _model_at(loc)
-        valid = list(model.model_fields) if model else []
+        valid = _keys(model) if model else []
         typo = str(loc[-1])
         close = (
             difflib.get_close_matches(typo, valid, n=1, cutoff=0.6)
