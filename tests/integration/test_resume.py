@@ -89,6 +89,8 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_exits_cleanly(tmp_pat
 
 
 def test_resume_before_any_checkpoint_redoes_the_steps_without_duplicates(tmp_path):
+    """...resumed as `tracerl train --resume RUN` names it, the run's folder moved first: it
+    goes on where the folder is now."""
     crash = _train(tmp_path, "trainer.checkpoint_every=100")
     run = tmp_path / "learn-arithmetic"
     victim = run / "episodes" / "step_2.jsonl.gz"
@@ -99,9 +101,12 @@ def test_resume_before_any_checkpoint_redoes_the_steps_without_duplicates(tmp_pa
     crash.wait(timeout=30)
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
     before = _ids(run)
-    resumed = _train(tmp_path, "trainer.checkpoint_every=100", "--resume")
+    run = run.rename(tmp_path / "moved")
+    resume = [sys.executable, "-m", "tracerl.cli", "train", "--resume", str(run)]
+    resumed = subprocess.Popen(resume, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out
+    assert not (tmp_path / "learn-arithmetic").exists()  # where it was is not where it goes on
     after = _ids(run)
     assert not [i for i, n in Counter(after).items() if n > 1] and set(before) <= set(after)
     rows = [line for line in (run / "metrics.jsonl").read_text().splitlines()]

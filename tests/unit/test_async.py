@@ -348,3 +348,51 @@ def test_tracerl_train_async_writes_staleness_and_effective_lr_curves(tmp_path):
     assert len(per_step) == 1 and len(trained) == len(set(trained)) == 6 * per_step.pop()
     assert set(trained) <= {t.episode_id for t in written}
     assert f"{len(trained)} were trained on" in html
+
+
+def test_an_async_run_reports_only_what_it_trained_on_as_training(tmp_path):
+    """The producer samples past the last step: those episodes are counted as never used,
+    never shown as the run's best or worst training episode nor triaged as training; the
+    run facts say sampling ran ahead; and an evaluation's bar counts its own episodes, not
+    the producer's sampling beside it."""
+    import re
+
+    from tracerl.config.loading import load_config
+    from tracerl.report.html import write_report
+    from tracerl.report.progress import QuietProgress
+    from tracerl.train.loop import train
+
+    class Bars(QuietProgress):
+        def __init__(self):
+            super().__init__()
+            self.phases = []
+
+        def phase(self, description, total, done=0):
+            self.phases.append([description, total, done, 0])  # ..., advanced since
+
+        def advance(self, _=None):
+            self.phases[-1][3] += 1
+
+    args = [f"out_dir={tmp_path}", "trainer.steps=3", "trainer.group_size=4", "env.eval_tasks=4"]
+    args += ["trainer.mode=async", "trainer.max_staleness=2", "trainer.eval_every=1"]
+    cfg = load_config("configs/learn-arithmetic.yaml", args)
+    bars = Bars()
+    train(cfg, progress=bars, log=lambda line: None)
+    evals = [p for p in bars.phases if p[0].startswith("eval")]
+    assert len(evals) == 4 and all(n == total == 4 for _, total, _, n in evals), evals
+    # the producer's bar, taken up again after each evaluation where it was, and beyond
+    rollouts = [p for p in bars.phases if p[0] == "async rollouts"]
+    assert len(rollouts) == 4 and rollouts[0][2] == 0
+    assert all(a[2] + a[3] <= b[2] for a, b in zip(rollouts, rollouts[1:])), rollouts
+
+    run = cfg.run_dir
+    ledger = read_ledger(run)
+    used = {i for r in ledger.values() for k in ("trained", "dropped_stale") for i in r[k]}
+    sampled = {t.episode_id for p, t in read_run_trajectories(run) if p.parent == run / "episodes"}
+    assert sampled - used, "the producer sampled nothing past the last step"
+    html = write_report(run).read_text()
+    for label in ("best training", "worst training"):
+        row = re.search(rf"<td>{label}</td><td><a href=[^>]*>([^<]+)</a>", html)
+        assert row and row.group(1) in used, (label, row and row.group(1))
+    assert "asynchronous: sampled up to 2 policy versions ahead" in html
+    assert f"The last {len(used & sampled)} training episodes" in html

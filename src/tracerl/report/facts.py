@@ -22,11 +22,21 @@ def _advantage(trainer: dict[str, Any]) -> str:
 
 
 def _sampling(trainer: dict[str, Any]) -> str:
-    """Whether groups without signal were replaced (dynamic sampling), and its cap."""
+    """Whether groups without signal were replaced (dynamic sampling), and its cap; with
+    asynchronous training, how far ahead of the learner sampling ran."""
     ds = trainer.get("dynamic_sampling")
-    if not ds:
-        return "every sampled group trained on"
-    return f"dynamic: groups without signal replaced, up to {ds.get('max_rounds', 3)} rounds a step"
+    said = (
+        f"dynamic: groups without signal replaced, up to {ds.get('max_rounds', 3)} rounds a step"
+        if ds
+        else None
+    )
+    if trainer.get("mode") == "async":
+        ahead = (
+            f"asynchronous: sampled up to {trainer.get('max_staleness', 1)} policy versions "
+            "ahead of the learner; what each update trained on, dropped or never used: Async"
+        )
+        return f"{ahead}; {said}" if said else ahead
+    return said or "every sampled group trained on"
 
 
 def _teacher(trainer: dict[str, Any]) -> str | None:

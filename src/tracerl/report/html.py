@@ -176,7 +176,7 @@ def _async_usage(d: RunData) -> str:
     trained = {i for r in d.ledger.values() for i in r.get("trained", [])}
     dropped = {i for r in d.ledger.values() for i in r.get("dropped_stale", [])} - trained
     aside = {i for r in d.ledger.values() for i in r.get("filtered", [])} - trained - dropped
-    unused = sampled - trained - dropped - aside
+    unused = sections.never_trained(d)
     filtered = f", {len(aside)} set aside without signal (dynamic sampling)" if aside else ""
     return (
         f'<p class="sub">Of {len(sampled)} training episodes sampled, {len(trained)} were '
@@ -275,7 +275,8 @@ def write_report(
     """Write ``RUN/report/index.html`` and the linked episodes' pages; returns the index.
     `data`: the run directory, when the caller has read it already."""
     d = RunData.load(run_dir) if data is None else data
-    tri = triage(d.episodes, n_triage)
+    unused = sections.never_trained(d)  # an asynchronous run's samples no update used
+    tri = triage([e for e in d.episodes if e.episode_id not in unused], n_triage)
     linked: dict[int, EpisodeRecord] = {}
     facts, cards = run_facts.facts(d)
     episodes_html = sections.episode_links(d, tri, linked)

@@ -31,7 +31,7 @@ class QuietProgress:
     def step_done(self) -> None:
         pass
 
-    def phase(self, description: str, total: int) -> None:
+    def phase(self, description: str, total: int, done: int = 0) -> None:
         pass
 
     def advance(self, _: Any = None) -> None:
@@ -112,13 +112,14 @@ class RichProgress(QuietProgress):
         turns, tokens = turns - turns0, tokens - tokens0
         return f"{_count(turns)} turns {_count(tokens)} tok" if turns else ""
 
-    def phase(self, description: str, total: int) -> None:
+    def phase(self, description: str, total: int, done: int = 0) -> None:
+        """A phase of `total` items, `done` of them already (a phase taken up again)."""
         if self._sampled is not None:
             self._since = self._sampled()
         if self._phase is None:
-            self._phase = self._bars.add_task(description, total=total)
+            self._phase = self._bars.add_task(description, total=total, completed=done)
         else:
-            self._bars.reset(self._phase, total=total, description=description)
+            self._bars.reset(self._phase, total=total, completed=done, description=description)
 
     def advance(self, _: Any = None) -> None:
         if self._phase is not None:

@@ -256,8 +256,9 @@ def episode_links(d: RunData, tri: Triage, linked: dict[int, EpisodeRecord]) -> 
 
     rows = []
     scored = [e for e in d.episodes if e.total is not None]
+    unused = never_trained(d)
     for label, pool in (
-        ("training", [e for e in scored if e.phase == "train"]),
+        ("training", [e for e in scored if e.phase == "train" and e.episode_id not in unused]),
         ("held-out", [e for e in scored if e.phase == "eval"]),
     ):
         if pool:
@@ -283,6 +284,21 @@ def episode_links(d: RunData, tri: Triage, linked: dict[int, EpisodeRecord]) -> 
     if not rows:
         return "<p>No episodes written yet.</p>"
     return table(["sample", "episode", "where", "reward", "why"], rows, {3})
+
+
+def never_trained(d: RunData) -> set[str]:
+    """The training episodes an asynchronous run sampled that no update used (its ledger:
+    neither trained on, dropped as stale nor set aside): sampled past the last step, or
+    still waiting for the learner when the run ended. Empty for a synchronous run."""
+    if not d.ledger:
+        return set()
+    used = {
+        i
+        for r in d.ledger.values()
+        for key in ("trained", "dropped_stale", "filtered")
+        for i in r.get(key, [])
+    }
+    return {e.episode_id for e in d.episodes if e.phase == "train"} - used
 
 
 def triage_table(tri: Triage, linked: dict[int, EpisodeRecord]) -> str:

@@ -45,7 +45,9 @@ def check_start(run_dir: Path, config: dict[str, Any], resume: bool) -> None:
         refuse_existing_run(run_dir, "continue it with --resume, or pick another name (name=...)")
 
 
-MAY_CHANGE = (
+MAY_CHANGE = (  # how it runs and where it is, not what it learns
+    "name",
+    "out_dir",
     "trainer.steps",
     "trainer.eval_every",
     "trainer.checkpoint_every",
