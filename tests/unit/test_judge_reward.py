@@ -322,6 +322,11 @@ def test_the_citation_chain_can_ask_a_judge_whether_a_quote_supports(judge_serve
             "needs scores",
         ),
         ({"api_key_env": "TRACERL_NO_SUCH_KEY"}, "TRACERL_NO_SUCH_KEY"),
+        ({"base_url": "not a url"}, "params.base_url: Value error, expected an http(s) URL"),
+        ({"base_url": "127.0.0.1:8000/v1"}, "expected an http(s) URL"),
+        ({"threshold": 5}, "threshold 5 is outside what rubric"),
+        ({"threshold": 0}, "every verdict would count as correct"),
+        ({"cache": "/proc/no-verdicts-here"}, "params.cache: cannot write verdicts to"),
     ],
 )
 def test_a_bad_judge_config_fails_when_the_run_starts(judge_server, tmp_path, change, says):

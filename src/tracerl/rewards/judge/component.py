@@ -31,13 +31,15 @@ module opens no connection itself, and a user can bring a client of their own.
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tracerl.rewards.compose import RewardContext, Score, component
 from tracerl.rewards.judge.judge import Judge, JudgeBudget, VerdictCache
@@ -72,6 +74,16 @@ class JudgeParams(BaseModel):
     """The judge model's name, as the endpoint knows it (part of the cache key)."""
     base_url: str | None = None
     """The endpoint, as the OpenAI SDK calls it: ``http://host:8000/v1``."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _an_http_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("expected an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        return url
+
     api_key_env: str | None = None
     """The environment variable holding the endpoint's key (never the key itself)."""
     client: str = DEFAULT_CLIENT
@@ -105,7 +117,9 @@ class JudgeParams(BaseModel):
     """Show the judge the task's reference answers (``answers``, ``answer``, ``target``)."""
     threshold: float = 0.5
     """A verdict worth at least this counts as "correct" when the judge is compared with
-    people (calibration) or decides a citation's support."""
+    people (calibration) or decides a citation's support. Set, it must lie above the least a
+    verdict is worth and at most the most (a score: 0 to 1 once rescaled), or it decides
+    nothing."""
 
 
 class JudgeSet:
@@ -152,6 +166,14 @@ def _build(params: dict[str, Any], default_rubric: Rubric | None) -> tuple[Judge
     assert rubric is not None
     if p.mode == "group" and rubric.verdict.kind != "score":
         raise ValueError(f"judge: rubric {rubric.name!r} has labels; mode: group needs scores")
+    worth = _verdict_values(rubric.verdict)
+    if "threshold" in p.model_fields_set and not min(worth) < p.threshold <= max(worth):
+        raise ValueError(
+            f"judge: params.threshold {p.threshold:g} is outside what rubric "
+            f"{rubric.name!r}'s verdicts are worth ({min(worth):g} to {max(worth):g}): "
+            + ("no verdict" if p.threshold > max(worth) else "every verdict")
+            + " would count as correct; give a threshold above the lowest, at most the highest"
+        )
     if p.client == DEFAULT_CLIENT and p.base_url is None:
         raise ValueError(
             "judge: params.base_url is required (the endpoint, e.g. http://127.0.0.1:8000/v1)"
@@ -166,8 +188,23 @@ def _build(params: dict[str, Any], default_rubric: Rubric | None) -> tuple[Judge
     client = cls(**kwargs)
     cache = None
     if p.cache is not False:
-        cache = VerdictCache(cache_dir() / "judge" if p.cache is True else Path(p.cache))
+        folder = cache_dir() / "judge" if p.cache is True else Path(p.cache)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-")  # noqa: SIM115
+            probe.close()
+        except OSError as e:
+            raise ValueError(
+                f"judge: params.cache: cannot write verdicts to {folder} ({e.strerror or e}); "
+                "give a folder you can write, or cache: false"
+            ) from None
+        cache = VerdictCache(folder)
     return Judge(rubric, client, cache, p.retries, p.budget), p
+
+
+def _verdict_values(schema: VerdictSchema) -> list[float]:
+    """What a verdict of `schema` can be worth: a score, 0 to 1; a label, its value."""
+    return [0.0, 1.0] if schema.kind == "score" else list(schema.labels.values())
 
 
 def load_rubric(source: str | dict[str, Any]) -> Rubric:
