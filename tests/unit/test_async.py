@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import time
 
@@ -383,7 +384,7 @@ def test_an_async_run_reports_only_what_it_trained_on_as_training(tmp_path):
     # the producer's bar, taken up again after each evaluation where it was, and beyond
     rollouts = [p for p in bars.phases if p[0] == "async rollouts"]
     assert len(rollouts) == 4 and rollouts[0][2] == 0
-    assert all(a[2] + a[3] <= b[2] for a, b in zip(rollouts, rollouts[1:])), rollouts
+    assert all(a[2] + a[3] <= b[2] for a, b in itertools.pairwise(rollouts)), rollouts
 
     run = cfg.run_dir
     ledger = read_ledger(run)

@@ -31,12 +31,12 @@ module opens no connection itself, and a user can bring a client of their own.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -78,10 +78,8 @@ class JudgeParams(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _an_http_url(cls, url: str | None) -> str | None:
-        if url is not None:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError("expected an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        if url is not None and not re.match(r"https?://[^/\s?#]+(/\S*)?$", url):
+            raise ValueError("expected an http(s) URL, e.g. http://127.0.0.1:8000/v1")
         return url
 
     api_key_env: str | None = None
