@@ -4,8 +4,30 @@ nests it). It lives in the rollout layer, which reads it (`tracerl.rollout.ray_w
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def server_root(url: str) -> str:
+    """The root of an OpenAI-compatible server at `url`, which may be given either way:
+    ``http://host:8000`` or, as the OpenAI SDK's ``base_url``, ``http://host:8000/v1``
+    (trailing slashes ignored). The routes (``/v1/completions``...) are appended to it.
+    A `ValueError` for a URL that is not http(s) with a host."""
+    root = url.strip().rstrip("/")
+    if root.endswith("/v1"):
+        root = root[: -len("/v1")].rstrip("/")
+    parts = urlsplit(root)
+    try:
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number
+        ok = False
+    if not ok:
+        raise ValueError(
+            "not an http(s) URL with a host: give the server's, e.g. http://host:8000 or "
+            "http://host:8000/v1"
+        )
+    return root
 
 
 class _Config(BaseModel):
@@ -34,7 +56,9 @@ class RolloutBackendConfig(_Config):
     sampler_retries: int = Field(3, ge=0)
     """Retries of a turn the server did not answer, before the episode is an infra failure."""
     address: str | None = None
-    """A Ray cluster to join (``auto``: this node's); None starts a local one."""
+    """A Ray cluster to join: ``host:port`` (its head, as ``ray start --head`` prints it),
+    ``ray://host:port`` (Ray Client) or ``auto`` (``$RAY_ADDRESS``, else the cluster ``ray
+    start`` last started on this node); None starts a local one."""
     serve_host: str = "127.0.0.1"
     """Where the learner's completion server listens (``0.0.0.0`` for workers on other
     nodes)."""
@@ -45,7 +69,8 @@ class RolloutBackendConfig(_Config):
     this node's address as Ray sees it)."""
     sampler_url: str | None = None
     """An OpenAI-compatible server to sample from instead (vLLM, SGLang, `tracerl serve`
-    elsewhere), kept in step with the learner by `weight_sync`."""
+    elsewhere), kept in step with the learner by `weight_sync`: ``http://host:8000`` or, as
+    the OpenAI SDK's base URL, ``http://host:8000/v1`` (the same server)."""
     served_model: str | None = None
     """The model name that server serves (vLLM's ``--served-model-name``); None: the
     model's spec."""
@@ -53,3 +78,8 @@ class RolloutBackendConfig(_Config):
     """How `sampler_url`'s server gets each update: ``lora`` (adapters hot-loaded through
     ``/v1/load_lora_adapter``; needs ``model.lora``), or ``package.module:factory`` for a
     full-weight hook (`tracerl.rollout.weight_sync`)."""
+
+    @field_validator("sampler_url")
+    @classmethod
+    def _server_root(cls, url: str | None) -> str | None:
+        return None if url is None else server_root(url)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracerl.envs.base import Env
+from tracerl.errors import UserError
 from tracerl.rollout.backend_config import RolloutBackendConfig
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
@@ -52,6 +53,29 @@ from tracerl.rollout.sampler import SampleRequest, SamplerUnavailable
 from tracerl.rollout.weight_sync import WeightSync, weight_sync_from_config
 
 RAY_PIP = "pip install 'tracerl[ray]'"
+CLUSTER_HINT = (
+    "start a cluster there with `ray start --head` (and give the address it prints), or "
+    "leave trainer.rollout.address unset: the run starts a local cluster of its own"
+)
+
+
+class RayClusterError(UserError, ConnectionError):
+    """``trainer.rollout.address`` names a Ray cluster that cannot be joined."""
+
+
+class RolloutWorkersError(UserError, RuntimeError):
+    """The Ray rollout workers did not start (a server they cannot sample from, a factory
+    that does not build on their node): what, and the first worker's own words."""
+
+
+def cluster_unreachable(address: str, why: str, found: str = "") -> RayClusterError:
+    """The error for a Ray cluster at `address` (``trainer.rollout.address``, or what
+    ``auto`` `found`) that cannot be joined, and `why`: the same words from preflight
+    (`tracerl.preflight.reach`) and from here."""
+    return RayClusterError(
+        f"trainer.rollout.address: cannot join the Ray cluster at {address!r}{found}: {why}",
+        CLUSTER_HINT,
+    )
 
 
 def import_ray() -> Any:
@@ -170,8 +194,11 @@ class RayRollouts:
                     object_store_memory=256 << 20,
                     include_dashboard=False,
                 )
-            else:
-                ray.init(address=p.address)
+            else:  # unreachable, no cluster found ("auto"), a malformed address
+                try:
+                    ray.init(address=p.address)
+                except (ConnectionError, TimeoutError, ValueError) as e:
+                    raise cluster_unreachable(p.address, _first_line(e)) from e
             self._owns_ray = True
         self.policy = policy
         self.served_model = served_model or policy.model_id
@@ -203,7 +230,9 @@ class RayRollouts:
         except Exception as e:
             self.close()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
-            raise RuntimeError(f"Ray rollout workers did not start: {cause}") from None
+            raise RolloutWorkersError(
+                f"Ray rollout workers did not start: {cause}", _start_hint(cause, ray)
+            ) from None
 
     def _start(self) -> _Slot:
         index, self._next_index = self._next_index, self._next_index + 1
@@ -368,6 +397,21 @@ def _stamp(episode: Episode, where: dict[str, Any]) -> Episode:
         for t in episode.trajectories
     ]
     return episode
+
+
+def _start_hint(cause: BaseException, ray: Any) -> str:
+    """What to do about workers that did not start because of `cause`."""
+    if "cannot sample from" in str(cause):
+        return (
+            "start the server, or fix trainer.rollout.sampler_url (the learner's own server: "
+            "serve_host/advertise_host); it must be reachable from the workers' nodes"
+        )
+    if isinstance(cause, ray.exceptions.GetTimeoutError):
+        return (
+            "the cluster may lack the CPUs for trainer.rollout.workers x worker_cpus "
+            "(`ray status` shows what it has)"
+        )
+    return "the Ray logs (/tmp/ray/session_latest/logs) say more; tracerl --debug shows where"
 
 
 def _first_line(e: BaseException) -> str:
