@@ -321,3 +321,23 @@ def test_a_python_that_has_vllm_passes_without_importing_it(tmp_path, monkeypatc
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "trainer-only"))  # not passed on
     assert check_vllm_python(python) == python
+
+
+@pytest.mark.parametrize("given", ["http://gpu:8000", "http://gpu:8000/v1", "http://gpu:8000/v1/"])
+def test_the_python_apis_take_a_servers_url_either_way_too(given):
+    """`RemoteSampler` and the LoRA weight sync, built from Python with the OpenAI SDK's
+    base_url form: their routes are the server's, once."""
+    from tracerl.rollout.weight_sync import LoraAdapterSync
+
+    posted = []
+
+    class Client:
+        async def post(self, url, json):
+            posted.append(url)
+            raise RuntimeError("stop here")
+
+    sampler = RemoteSampler(given, "m", client=Client())
+    with pytest.raises(RuntimeError, match="stop here"):
+        asyncio.run(sampler.sample(SampleRequest((0,), 1, seed=0)))
+    assert posted == ["http://gpu:8000/v1/completions"]
+    assert LoraAdapterSync(given, "m", "/tmp").base_url == "http://gpu:8000"

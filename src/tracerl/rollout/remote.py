@@ -23,6 +23,7 @@ import random
 import re
 from typing import Any
 
+from tracerl.rollout.backend_config import server_root
 from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
 from tracerl.rollout.weight_sync import adapter_version
 
@@ -44,7 +45,7 @@ class RemoteSampler:
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = server_root(base_url)  # .../v1 or the root, either way
         self.model = model
         self.temperature = temperature
         self.timeout_s = timeout_s

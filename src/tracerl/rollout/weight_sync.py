@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from tracerl.rollout.backend_config import server_root
+
 
 class WeightSync(Protocol):
     def push(self, model: Any, version: int) -> str | None:
@@ -57,7 +59,7 @@ class LoraAdapterSync:
         timeout_s: float = 60.0,
         tag: str | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = server_root(base_url)  # .../v1 or the root, either way
         self.served_model = served_model
         self.folder = Path(folder)
         self.keep = max(1, keep)
