@@ -5,16 +5,19 @@ search reward (`tracerl.rewards.SEARCH_REWARD`), attaches the reward breakdown t
 trajectory, and writes the run directory: ``episodes/step_0.jsonl.gz`` and one line per
 split in ``metrics.jsonl``:
 
-    eval/<split>/success_rate         exact match of the final answer
+    eval/<split>/success_rate         exact match of the final answer, over the decided
+                                      episodes (absent when none decided)
     eval/<split>/searches_mean        search calls per episode
     eval/<split>/invalid_citation_rate   citations whose chain fails, over all citations of
                                       all answers (right or wrong)
     eval/<split>/evaluator_error_rate    episodes whose reward crashed (never scored 0)
     eval/<split>/latency_p95_s        95th percentile of episode wall time
-    eval/<split>/reward_mean          mean total reward over eligible episodes
+    eval/<split>/reward_mean          mean total reward over eligible episodes (absent
+                                      when none is)
     eval/<split>/stop/*, attribution/*   from the rollout metrics
     eval/<split>/undecided_rate, review_pending, reviewed_success_rate   the review pool:
         near misses wait in review.sqlite for a person; verdicts count once given
+        (`tracerl.train.review_queue`, as in training runs)
     eval/adversarial/<kind>/success_rate  per trap kind (look_alike, dead_link, conflict,
                                           timeout — the last with half of the tool steps timing out)
 """
@@ -36,6 +39,7 @@ from tracerl.rollout.persist import EpisodeWriter
 from tracerl.rollout.runner import Episode, Policy
 from tracerl.train.evaluation import task_batches
 from tracerl.train.metrics import eval_metrics
+from tracerl.train.review_queue import REVIEW_FILE, review_metrics
 from tracerl.types import RewardBreakdown
 
 EVAL_CONFIG = RolloutConfig(budgets=Budgets(steps=4, tool_calls=4), max_turn_tokens=96)
@@ -82,7 +86,7 @@ def evaluate(
 
     out_dir = Path(out_dir)
     writer = EpisodeWriter(out_dir, step=0)
-    pool = ReviewPool(out_dir / "review.sqlite")
+    ReviewPool(out_dir / REVIEW_FILE)  # kept even when every answer is decided
     metrics: dict[str, float] = {}
     for split in splits:
         tasks = probe.sample_tasks(n, seed=seed, split=split)
@@ -105,56 +109,7 @@ def evaluate(
             )
             episodes += [g[0] for g in groups]
         m = eval_metrics(episodes, split, probe.document)
-        m.update(_review(pool, episodes, split))
+        m.update(review_metrics(out_dir, episodes, f"eval/{split}/"))  # the review pool
         append_metrics(out_dir, {"step": 0, "split": split, **m})
         metrics.update(m)
     return metrics
-
-
-def _review(pool: ReviewPool, episodes: list[Episode], split: str) -> dict[str, float]:
-    """Undecided answers go to the review pool; verdicts already given count as decided."""
-    success = undecided = pending = 0
-    for e in episodes:
-        r = e.reward
-        assert r is not None, "evaluate scores every episode"
-        em = r.component("em")
-        if r.error is not None or em.gated:
-            continue
-        if em.decided:
-            success += em.value >= 1.0
-            continue
-        undecided += 1
-        answer = str(em.evidence.get("answer", ""))
-        pool.add(episode_id=e.episode_id, task=e.receipt.task, answer=answer, evidence=em.evidence)
-        verdict = pool.verdict(e.receipt.task, answer)
-        pending += verdict is None
-        success += bool(verdict)
-    n = max(1, len(episodes))
-    return {
-        f"eval/{split}/undecided_rate": undecided / n,
-        f"eval/{split}/review_pending": float(pending),
-        f"eval/{split}/reviewed_success_rate": success / n,
-    }
-
-
-def reviewed_metrics(run_dir: str | Path) -> dict[str, float]:
-    """Success per split of an evaluated run, counting the review pool's verdicts."""
-    from tracerl.rollout.persist import read_run_trajectories
-
-    pool = ReviewPool(Path(run_dir) / "review.sqlite")
-    seen: dict[str, dict[str, Any]] = {}
-    for _, t in read_run_trajectories(run_dir):
-        if t.reward and t.receipt:
-            seen[t.episode_id or ""] = {"task": t.receipt["task"], "reward": t.reward}
-    totals: dict[str, list[float]] = {}
-    for item in seen.values():
-        task, reward = item["task"], item["reward"]
-        em = next((c for c in reward["components"] if c["name"] == "em"), None)
-        ok = 0.0
-        if em and not em["gated"]:
-            if em["decided"]:
-                ok = float(em["value"] >= 1.0)
-            else:
-                ok = float(bool(pool.verdict(task, str(em["evidence"].get("answer", "")))))
-        totals.setdefault(task.get("split", "unknown"), []).append(ok)
-    return {f"eval/{s}/reviewed_success_rate": sum(v) / len(v) for s, v in totals.items()}

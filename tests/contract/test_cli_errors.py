@@ -291,6 +291,27 @@ CASES = {
         "replay: name one episode: tracerl replay RUN EPISODE",
         "tracerl triage RUN",
     ),
+    # a folder that holds runs is not one: its episodes are never merged into one report
+    "triage of a folder holding runs": (
+        ["triage", "RUNS"],
+        "runs: not a run directory (one has metrics.jsonl, config.yaml and episodes/ in it)",
+        "existing): pass one",
+    ),
+    "report of a folder holding runs": (
+        ["report", "RUNS", "--n", "5"],
+        "runs: not a run directory (one has metrics.jsonl, config.yaml and episodes/ in it)",
+        "existing): pass one",
+    ),
+    "show of an episode in a folder holding runs": (
+        ["show", "RUNS", "ep-1"],
+        "runs: not a run directory",
+        "existing): pass one",
+    ),
+    "triage of a folder that holds no run": (
+        ["triage", "."],
+        ".: not a run directory",
+        "pass a folder written by `tracerl train`, `tracerl eval` or `tracerl demo`",
+    ),
 }
 
 
@@ -469,10 +490,18 @@ def test_a_run_that_cannot_learn_stops_in_two_lines_and_resumes(case, world, tmp
     assert [m["step"] for m in steps if m["phase"] == "train"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("command", ["serve", "gateway"])
+SERVERS = {
+    "serve": ["serve", "tiny-random"],
+    "gateway": ["gateway", "tiny-random"],
+    "serve-retriever": ["serve-retriever", "--corpus", "wiki"],  # its index: minutes to build
+}
+
+
+@pytest.mark.parametrize("command", list(SERVERS))
 def test_a_server_on_a_port_in_use_says_so_in_two_lines_before_loading(command, tmp_path):
-    """`serve`/`gateway` on a port something listens on: two lines naming the port and the
-    option, exit 2, and no model loaded first (nothing in the cache)."""
+    """Every command that listens (`serve`, `gateway`, `serve-retriever`) on a port something
+    listens on: two lines naming the port and the option, exit 2, and no model or corpus
+    loaded first (nothing in the cache)."""
     import socket
 
     with socket.socket() as taken:
@@ -480,7 +509,7 @@ def test_a_server_on_a_port_in_use_says_so_in_two_lines_before_loading(command, 
         taken.listen()
         port = taken.getsockname()[1]
         cache = tmp_path / "cache"
-        r = _tracerl([command, "tiny-random", "--port", str(port)], tmp_path, cache)
+        r = _tracerl([*SERVERS[command], "--port", str(port)], tmp_path, cache)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert len(lines) == 2 and "Traceback" not in r.stderr, r.stderr
@@ -490,3 +519,81 @@ def test_a_server_on_a_port_in_use_says_so_in_two_lines_before_loading(command, 
     )
     assert "--port" in lines[1]
     assert not cache.exists() or not any(cache.iterdir()), "a model was loaded first"
+
+
+# A number out of an option's range, on every command that takes one: refused by the
+# option's own bounds (typer's usage error naming the option and its range: exit 2, no
+# traceback) before the command runs, so before anything loads or is written.
+RANGES = {
+    "serve on a port above 65535": (["serve", "tiny-random", "--port", "99999"], "--port"),
+    "serve on a negative port": (["serve", "tiny-random", "--port", "-1"], "--port"),
+    "serve at a negative temperature": (
+        ["serve", "tiny-random", "--temperature", "-1"],
+        "--temperature",
+    ),
+    "serve with no request per batch": (
+        ["serve", "tiny-random", "--max-batch-size", "0"],
+        "--max-batch-size",
+    ),
+    "gateway on a port above 65535": (["gateway", "tiny-random", "--port", "70000"], "--port"),
+    "gateway at a negative temperature": (
+        ["gateway", "tiny-random", "--temperature", "-0.5"],
+        "--temperature",
+    ),
+    "gateway with no token a turn": (
+        ["gateway", "tiny-random", "--max-turn-tokens", "0"],
+        "--max-turn-tokens",
+    ),
+    "gateway with no request a session": (
+        ["gateway", "tiny-random", "--max-requests", "0"],
+        "--max-requests",
+    ),
+    "serve-retriever on a port above 65535": (["serve-retriever", "--port", "65536"], "--port"),
+    "report of a negative number of episodes": (
+        ["report", "RUNS/existing", "--n", "-5"],
+        "--n",
+    ),
+    "report of no episode": (["report", "RUNS/existing", "--n", "0"], "--n"),
+    "triage of no episode": (["triage", "RUNS/existing", "--n", "0"], "--n"),
+    "eval of no task": (["eval", "good.yaml", "--n", "0", "--out", "RUNS/new-eval"], "--n"),
+    "eval at a negative temperature": (
+        ["eval", "--temperature", "-1", "--out", "RUNS/new-eval"],
+        "--temperature",
+    ),
+    "readiness of no episode": (["readiness", "good.yaml", "--episodes", "0"], "--episodes"),
+    "review queueing no answer": (
+        ["review", "RUNS/existing", "--from-judge", "0"],
+        "--from-judge",
+    ),
+    "show of a negative index": (["show", "good.yaml", "--index", "-1"], "--index"),
+}
+
+
+@pytest.mark.parametrize("case", list(RANGES))
+def test_a_number_out_of_range_is_refused_before_the_command_runs(case, world, tmp_path):
+    args, option = RANGES[case]
+    args = [a.replace("RUNS", str(world["runs"])) for a in args]
+    before = _tree(world["runs"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    r = _tracerl(args, world["site"], cache)
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.stderr).split())
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    assert f"Invalid value for '{option}'" in said, r.stderr
+    assert _tree(world["runs"]) == before
+    assert not any(cache.iterdir()), "a model or tokenizer was loaded before the error"
+
+
+def test_a_port_out_of_range_is_a_user_error_for_every_caller():
+    """`port_free` is reached outside the command line too: a port the socket layer would
+    take modulo 65536 (or refuse with an OverflowError) is a `UserError` naming the range."""
+    from tracerl.cli.common import port_free
+    from tracerl.errors import UserError
+
+    for port in (65536, 99999, -1):
+        with pytest.raises(UserError, match=f"--port {port}: a port is a number from 0 to 65535"):
+            port_free("127.0.0.1", port)
+    with pytest.raises(UserError) as e:
+        port_free("127.0.0.1", 70000, "--judge-port")
+    assert "--judge-port" in e.value.message and "--judge-port" in (e.value.hint or "")

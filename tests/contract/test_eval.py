@@ -54,4 +54,6 @@ def test_a_crashing_reward_is_counted_not_fatal(tiny, tmp_path):
     )
     m = evaluate(policy, n=2, out_dir=tmp_path / "f", reward_spec=spec_first)
     assert m["eval/heldout/evaluator_error_rate"] == 1.0
-    assert m["eval/heldout/success_rate"] == 0.0 and m["eval/heldout/reward_mean"] == 0.0
+    # a crash decides nothing: no success rate and no mean reward (undefined), never a 0
+    assert "eval/heldout/success_rate" not in m and "eval/heldout/reward_mean" not in m
+    assert m["eval/heldout/undecided_rate"] == 0.0  # a crash is no question for a person

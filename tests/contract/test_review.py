@@ -30,19 +30,27 @@ def test_undecided_answers_go_to_review_and_verdicts_count(tiny, tmp_path):
     run = tmp_path / "eval"
     m = evaluate(_near_miss_policy(tiny, tasks), n=3, out_dir=run)
     assert m["eval/heldout/undecided_rate"] == 1.0 and m["eval/heldout/review_pending"] == 3
-    assert m["eval/heldout/success_rate"] == 0.0
+    # nothing decided: no success rate at all (undefined), never a 0
+    assert "eval/heldout/success_rate" not in m and "eval/heldout/reward_mean" not in m
+    assert "eval/heldout/reviewed_success_rate" not in m
     listed = CliRunner().invoke(app, ["review", str(run)])
     assert listed.exit_code == 0 and "3 pending" in listed.stdout and "indeed" in listed.stdout
-    first = ReviewPool(run / "review.sqlite").samples()[0]
+    assert "reviewed_success_rate" in listed.stdout and "undefined" in listed.stdout
+    first, second = ReviewPool(run / "review.sqlite").samples()[:2]
     ok = CliRunner().invoke(
         app, ["review", str(run), "--decide", str(first.id), "--correct", "--reviewer", "ana"]
     )
     assert ok.exit_code == 0 and "correct by ana" in ok.stdout and "2 pending" in ok.stdout
-    assert "eval/heldout/reviewed_success_rate" in ok.stdout and "0.333" in ok.stdout
-    # A later evaluation of the same answers takes the verdict instead of asking again.
+    # over the answers someone decided (the pending ones are no failures): 1 of 1
+    assert "eval/heldout/reviewed_success_rate" in ok.stdout and "1.000" in ok.stdout
+    wrong = CliRunner().invoke(
+        app, ["review", str(run), "--decide", str(second.id), "--wrong", "--reviewer", "ana"]
+    )
+    assert wrong.exit_code == 0 and "1 pending" in wrong.stdout and "0.500" in wrong.stdout
+    # A later evaluation of the same answers takes the verdicts instead of asking again.
     again = evaluate(_near_miss_policy(tiny, tasks), n=3, out_dir=run)
-    assert again["eval/heldout/review_pending"] == 2
-    assert abs(again["eval/heldout/reviewed_success_rate"] - 1 / 3) < 1e-9
+    assert again["eval/heldout/review_pending"] == 1
+    assert abs(again["eval/heldout/reviewed_success_rate"] - 1 / 2) < 1e-9
     bad = CliRunner().invoke(
         app, ["review", str(run), "--decide", "99", "--wrong", "--reviewer", "ana"]
     )

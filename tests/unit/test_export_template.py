@@ -177,3 +177,18 @@ def test_the_card_keeps_text_from_the_config_inside_its_code(tmp_path):
     assert "| baseline (before training) | `heldout` | 0.100 | 10 |" in card
     assert '``{"sep": "a\\|b `c`"}``' in card  # a pipe cannot split the table's row
     assert fenced in card and "tracerl_json_list" in card and "'out dir'" in card
+
+
+def test_the_cards_interval_counts_the_decided_episodes_its_rate_is_over():
+    """`success_rate` leaves out undecided episodes and crashed rewards: the interval is
+    over the episodes it counts (here 5 of 10), not all of them."""
+    from tracerl.train.export_card import results
+
+    row = {
+        "eval/heldout/success_rate": 1.0,
+        "eval/heldout/episodes": 10,
+        "eval/heldout/undecided_rate": 0.4,
+        "eval/heldout/evaluator_error_rate": 0.1,
+    }
+    assert results(row) == [("heldout", 1.0, 5, *wilson(5, 5))]
+    assert results({**row, "eval/heldout/undecided_rate": 0.0})[0][2] == 9

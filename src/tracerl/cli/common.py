@@ -147,25 +147,12 @@ def port_free(host: str, port: int, option: str = "--port") -> None:
     """`UserError` (two lines, exit 2) when `host:port` cannot be listened on — checked
     before a model loads, so a port in use costs a second, not a model load and a server's
     traceback. Bound as the servers bind (``SO_REUSEADDR``: a port whose last connections
-    are still closing is free to them); port 0 (any free port) always is."""
-    import socket
+    are still closing is free to them); port 0 (any free port) always is. A port outside
+    0..65535 is refused: the socket layer would take it modulo 65536, or raise. The probe
+    is `tracerl.gateway.ports.check_port`, which a run's preflight asks of ``agent.port``."""
+    from tracerl.gateway.ports import check_port
 
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as e:
-        raise UserError(f"cannot listen on {host}: {e}", "give an address of this machine") from e
-    family, _, _, _, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(address)
-        except OSError as e:
-            raise UserError(
-                f"port {port} on {host} is in use or not allowed ({e.strerror})",
-                f"pick another with {option} (or stop what listens there)",
-            ) from e
+    check_port(host, port, option)
 
 
 def fail(message: str, hint: str | None = None) -> typer.Exit:
@@ -176,9 +163,13 @@ def fail(message: str, hint: str | None = None) -> typer.Exit:
     return typer.Exit(2)
 
 
-def prepare_config(config: Path | None, overrides: list[str] | None) -> Any:
+def prepare_config(
+    config: Path | None, overrides: list[str] | None, *, workers: bool = True
+) -> Any:
     """A checked run config (`tracerl.preflight`) from a YAML file and dotted overrides (or
-    overrides alone): environment, splits, reward and model spec resolved, nothing loaded."""
+    overrides alone): environment, splits, reward and model spec resolved, nothing loaded.
+    `workers`: the command uses the run's Ray rollout workers (training does; an evaluation
+    samples in process), so their cluster and sampling server must answer."""
     from tracerl.config import ConfigError
     from tracerl.config.loading import load_config
     from tracerl.preflight import prepare
@@ -187,7 +178,7 @@ def prepare_config(config: Path | None, overrides: list[str] | None) -> Any:
         overrides, config = [str(config), *(overrides or [])], None
     cfg = load_config(config, overrides or [])
     try:
-        prepared = prepare(cfg)
+        prepared = prepare(cfg, workers=workers)
     except ConfigError as e:
         where = f"{config}: " if config is not None else ""
         raise ConfigError(where + e.message, e.hint) from e

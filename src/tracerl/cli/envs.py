@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tracerl.cli.common import configs_here, console, fail
+from tracerl.cli.common import configs_here, console, fail, port_free
 
 
 def check_env_cmd(
@@ -27,8 +27,8 @@ def check_env_cmd(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="check the environment a run config trains: its env.name, env.kwargs and "
-            "env.mcp servers"
+            help="check the environment a run config trains: its env.name, env.kwargs, "
+            "env.mcp servers and env.side_effect_guard / env.allow_real_writes"
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="seed for the determinism checks")] = 0,
@@ -44,7 +44,8 @@ def check_env_cmd(
 
     kwargs = apply_overrides({}, list(arg or []))
     mcp: list = []
-    if config is not None:
+    real_writes = False
+    if config is not None:  # the environment exactly as the config trains it
         env_cfg = load_config(config).env
         if name is not None and name != env_cfg.name:
             raise ConfigError(
@@ -52,7 +53,8 @@ def check_env_cmd(
                 "name different environments",
                 "give one of them",
             )
-        name, kwargs, mcp = env_cfg.name, {**env_cfg.kwargs, **kwargs}, env_cfg.mcp
+        name, kwargs, mcp = env_cfg.name, {**env_cfg.env_kwargs(), **kwargs}, env_cfg.mcp
+        real_writes = env_cfg.allow_real_writes
     if name is None:
         raise ConfigError("check-env: name an environment, or give --config FILE")
     label = name + "".join(f" {a}" for a in arg or [])
@@ -62,10 +64,17 @@ def check_env_cmd(
 
     say(f"check-env {label}: building the environment (its data, index or servers) ...")
     try:  # a name that resolves to nothing, or an env that cannot be built: exit 2
-        build_probe(name, kwargs, mcp)
+        _, probe = build_probe(name, kwargs, mcp)
     except ConfigError as e:
         message = e.message.removeprefix("env.name: ").replace("env.kwargs: ", "--arg: ", 1)
         raise ConfigError(message, e.hint) from e
+    guard = getattr(probe, "side_effect_guard", "dry_run")
+    if guard == "off":  # say plainly what its writes do here
+        which = "every task" if real_writes else "tasks that set allow_real_writes"
+        say(
+            f"  side_effect_guard {guard!r}: writes run for real on {which}, as in training "
+            "(the dry-run check runs on a copy with the guard on)"
+        )
     from tracerl.envs.registry import env_factory  # the model stack: once the env is known
     from tracerl.models.loading import smollm2_tokenizer
     from tracerl.models.render import ChatRenderer
@@ -75,7 +84,7 @@ def check_env_cmd(
     renderer = ChatRenderer(smollm2_tokenizer())
     say("  checks: versions, schemas, splits, determinism, dry runs, reward")
     report = check_env(
-        env_factory(name, kwargs, mcp),
+        env_factory(name, kwargs, mcp, real_writes=real_writes),
         renderer=renderer,
         seed=seed,
         raise_on_failure=False,
@@ -124,17 +133,24 @@ def _summary(factory: Any) -> str:
 def serve_retriever(
     corpus: Annotated[str, typer.Option(help="wiki, synthetic or jsonl:PATH")] = "wiki",
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8002,
+    port: Annotated[int, typer.Option(help="port to listen on", min=0, max=65535)] = 8002,
 ) -> None:
     """Serve BM25 retrieval over a corpus with Search-R1's protocol (POST /retrieve)."""
     from tracerl.envs.search.corpus import load_corpus
     from tracerl.envs.search.server import RetrievalServer
 
+    port_free(host, port)  # before the corpus loads and its index is built
     try:
         docs = load_corpus(corpus)
     except (KeyError, FileNotFoundError, ValueError) as e:
         raise fail(str(e.args[0] if e.args else e)) from None
-    server = RetrievalServer(docs, host, port)
+    try:  # taken since port_free looked: the same two lines
+        server = RetrievalServer(docs, host, port)
+    except OSError as e:
+        raise fail(
+            f"port {port} on {host} is in use or not allowed ({e.strerror or e})",
+            "pick another with --port (or stop what listens there)",
+        ) from None
     console.print(f"serving {len(docs)} documents of {corpus} at {server.url}/retrieve")
     server.serve_forever()
 

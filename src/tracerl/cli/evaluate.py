@@ -32,7 +32,7 @@ def eval_command(
         list[str] | None, typer.Option(help="without CONFIG: splits to evaluate (heldout)")
     ] = None,
     n: Annotated[
-        int | None, typer.Option(help="tasks per split (default: 20, or the config's)")
+        int | None, typer.Option(help="tasks per split (default: 20, or the config's)", min=1)
     ] = None,
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/eval"),
     seed: Annotated[int, typer.Option(help="task sample and sampling seed")] = 0,
@@ -40,7 +40,8 @@ def eval_command(
         float | None,
         typer.Option(
             help="sampling temperature, 0: greedy (default: 0.7, or the config's "
-            "eval.temperature; with CONFIG it sets eval.temperature)"
+            "eval.temperature; with CONFIG it sets eval.temperature)",
+            min=0.0,
         ),
     ] = None,
 ) -> None:
@@ -51,10 +52,6 @@ def eval_command(
     Without: a model on held-out search questions (--corpus, --protocol, --split)."""
     from tracerl.train.resume import refuse_existing_run
 
-    if n is not None and n < 1:
-        raise fail(f"--n must be at least 1, got {n}")
-    if temperature is not None and temperature < 0:
-        raise fail(f"--temperature must be at least 0 (0: greedy), got {temperature}")
     refuse_existing_run(out, "pick another --out")  # before any progress is drawn
     if config is not None or overrides:
         from tracerl.train.evaluation import evaluate_config
@@ -70,7 +67,7 @@ def eval_command(
         given = [*(overrides or []), f"trainer.seed={seed}"]
         if temperature is not None:
             given.append(f"eval.temperature={temperature}")
-        prepared = prepare_config(config, given)
+        prepared = prepare_config(config, given, workers=False)  # samples in process
         with progress_bars() as bars:
             metrics = evaluate_config(prepared, out, n=n, progress=bars)
         written = out / "eval"

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tracerl.cli.common import console, fail, prepare_config
+from tracerl.cli.common import console, prepare_config
 
 
 def readiness(
@@ -17,7 +17,9 @@ def readiness(
     ] = None,
     episodes: Annotated[
         int | None,
-        typer.Option(help="episodes to sample (default: one step, tasks_per_step x group_size)"),
+        typer.Option(
+            help="episodes to sample (default: one step, tasks_per_step x group_size)", min=1
+        ),
     ] = None,
     sft: Annotated[
         str | None, typer.Option(help="an SFT checkpoint (hf:DIR) to compare on the same tasks")
@@ -27,9 +29,7 @@ def readiness(
     """Should this task get RL at all? Four measured answers and one recommendation."""
     from tracerl.readiness.run import print_readiness, readiness_from_config
 
-    if episodes is not None and episodes < 1:
-        raise fail(f"--episodes must be at least 1, got {episodes}")
-    cfg = prepare_config(config, overrides).cfg
+    cfg = prepare_config(config, overrides, workers=False).cfg  # samples in process
     if sft is not None:
         from tracerl.models.specs import check_spec
 

@@ -23,25 +23,34 @@ def review(
             "--from-judge",
             help="queue N answers a model judge scored for people to check the judge "
             "(where it and another verifier disagree first)",
+            min=1,
         ),
     ] = None,
 ) -> None:
     """List the samples no verifier could decide, or record a person's verdict on one.
 
-    Works on a run written by `tracerl eval` (its review.sqlite), and with --from-judge on
-    any run whose rewards a judge scored (the report then shows the judge's agreement)."""
-    from tracerl.evaluate import reviewed_metrics
+    Works on any run written by `tracerl train` or `tracerl eval` (episodes whose reward
+    could not decide wait in its review.sqlite), and with --from-judge on any run whose
+    rewards a judge scored (the report then shows the judge's agreement)."""
     from tracerl.judge_calibration import REVIEW_FILE
     from tracerl.rewards.review import ReviewPool
+    from tracerl.train.review_queue import reviewed_metrics
 
     path = run / REVIEW_FILE
     if from_judge is not None:
         _queue_judged(run, from_judge)
     if not path.exists():
+        if decide is None and (run / "metrics.jsonl").is_file():  # a run: nothing undecided
+            console.print(
+                f"0 pending: no episode of {run} was left undecided (its rewards all decided)",
+                markup=False,
+            )
+            return
         raise fail(
             f"{run}: no review.sqlite",
-            "the review pool is kept by `tracerl eval --out DIR` on the search questions "
-            "(without a CONFIG), or filled from a judge's verdicts with --from-judge N",
+            "the review pool is kept in the run directory by `tracerl train` and "
+            "`tracerl eval` (episodes whose reward could not decide), or filled from a "
+            "judge's verdicts with --from-judge N",
         )
     pool = ReviewPool(path)
     if decide is not None:
@@ -62,24 +71,40 @@ def review(
             write_agreement(run)
     pending = pool.samples(pending_only=True)
     for s in pending:
-        console.print(
-            f"[{s.id}] {s.question}\n    answer: {s.answer!r}   gold: {s.golds}", markup=False
-        )
+        line = f"[{s.id}] {s.question}\n    answer: {s.answer!r}"
+        if s.golds or "undecided" not in s.evidence:  # a run's generic task may have none
+            line += f"   gold: {s.golds}"
+        reply = s.evidence.get("last_reply")
+        if not s.answer and isinstance(reply, str):  # never answered: what it last said
+            line += f"   (no answer; its last reply: {reply[-120:]!r})"
+        console.print(line, markup=False)
+        if why := _why(s.evidence):
+            console.print(f"    {why}", markup=False)
     console.print(f"{len(pending)} pending", markup=False)
     for key, value in sorted(reviewed_metrics(run).items()):
-        console.print(f"{key:45s} {value:.3f}", markup=False)
+        shown = "undefined (nothing decided yet)" if value is None else f"{value:.3f}"
+        console.print(f"{key:45s} {shown}", markup=False)
+
+
+def _why(evidence: dict) -> str:
+    """What the components that could not decide said (a run's undecided episode), short."""
+    import json
+
+    names = evidence.get("undecided")
+    if not isinstance(names, list) or not names:
+        return ""
+    said = {n: evidence.get(n) for n in names if evidence.get(n)}
+    text = f"undecided: {', '.join(map(str, names))}"
+    if said:
+        text += " " + json.dumps(said, default=str, ensure_ascii=False)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _queue_judged(run: Path, n: int) -> None:
     from tracerl.judge_calibration import queue_judged
-    from tracerl.report.run import RunDirError
 
-    if n < 1:
-        raise fail(f"--from-judge {n}: give a positive number of answers to queue")
-    try:
-        added, judged = queue_judged(run, n)
-    except RunDirError as e:
-        raise fail(str(e)) from None
+    # a folder that is no run: a RunDirError, two lines (its hint names runs below it)
+    added, judged = queue_judged(run, n)
     if not judged:
         raise fail(
             f"{run}: no episode has a judge's verdict",

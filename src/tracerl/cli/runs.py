@@ -16,7 +16,7 @@ def show(
     episode: Annotated[
         str | None, typer.Argument(help="with a run directory: an episode id or replay id")
     ] = None,
-    index: Annotated[int, typer.Option(help="with a file: which trajectory in it")] = 0,
+    index: Annotated[int, typer.Option(help="with a file: which trajectory in it", min=0)] = 0,
 ) -> None:
     """Show an episode of a run, or one trajectory of a file.
 
@@ -45,7 +45,7 @@ def show(
 
 def report(
     run: Annotated[Path, typer.Argument(help="a run directory (runs/NAME)")],
-    n: Annotated[int, typer.Option("--n", help="training episodes to triage")] = 100,
+    n: Annotated[int, typer.Option("--n", help="training episodes to triage", min=1)] = 100,
 ) -> None:
     """Write the run's dashboard (RUN/report/index.html) and print its path.
 
@@ -56,7 +56,9 @@ def report(
 
 def triage(
     run: Annotated[Path, typer.Argument(help="a run directory (runs/NAME)")],
-    n: Annotated[int, typer.Option("--n", help="how many of the last training episodes")] = 100,
+    n: Annotated[
+        int, typer.Option("--n", help="how many of the last training episodes", min=1)
+    ] = 100,
 ) -> None:
     """Split the last N training episodes by outcome, owner and kind of failure.
 
@@ -66,8 +68,6 @@ def triage(
     from tracerl.report.terminal import print_triage
     from tracerl.report.triage import triage as run_triage
 
-    if n < 1:
-        raise fail(f"--n must be at least 1, got {n}")
     result = run_triage(list(iter_episodes(check_run_dir(run))), n)
     print_triage(result, console, run=run)
 

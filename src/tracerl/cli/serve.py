@@ -14,12 +14,12 @@ SPEC_HELP = "model spec: smollm2-135m-instruct, tiny-random, hf:DIR, run:RUN[@ST
 
 def serve_command(
     model: Annotated[str, typer.Argument(help=SPEC_HELP)],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(help="port to listen on", min=0, max=65535)] = 8000,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     temperature: Annotated[
-        float, typer.Option(help="sampling temperature (0: greedy, as a judge asks)")
+        float, typer.Option(help="sampling temperature (0: greedy, as a judge asks)", min=0.0)
     ] = 1.0,
-    max_batch_size: Annotated[int, typer.Option(help="requests sampled together")] = 16,
+    max_batch_size: Annotated[int, typer.Option(help="requests sampled together", min=1)] = 16,
     enable_lora: Annotated[
         bool, typer.Option(help="accept LoRA adapter hot-loads (/v1/load_lora_adapter)")
     ] = False,
@@ -67,14 +67,20 @@ def serve_command(
 
 def gateway_command(
     model: Annotated[str, typer.Argument(help=SPEC_HELP)],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8001,
+    port: Annotated[int, typer.Option(help="port to listen on", min=0, max=65535)] = 8001,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     out: Annotated[Path, typer.Option(help="where ended sessions are written")] = Path(
         "runs/gateway"
     ),
-    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
-    max_turn_tokens: Annotated[int, typer.Option(help="the most tokens a turn samples")] = 256,
-    max_requests: Annotated[int, typer.Option(help="model turns a session may ask for")] = 32,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (0: greedy)", min=0.0)
+    ] = 1.0,
+    max_turn_tokens: Annotated[
+        int, typer.Option(help="the most tokens a turn samples", min=1)
+    ] = 256,
+    max_requests: Annotated[
+        int, typer.Option(help="model turns a session may ask for", min=1)
+    ] = 32,
     parser: Annotated[
         str | None, typer.Option(help="tool-call parser (default: the model family's)")
     ] = None,

@@ -4,6 +4,7 @@ checkpoint as a Hugging Face folder)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -29,7 +30,11 @@ def train(
         list[str] | None, typer.Argument(help="dotted overrides: trainer.lr=1e-5 ...")
     ] = None,
     resume: Annotated[
-        bool, typer.Option(help="continue the run from its newest checkpoint")
+        bool,
+        typer.Option(
+            help="continue the run from its newest checkpoint (CONFIG: its config, or the "
+            "run's folder)"
+        ),
     ] = False,
     print_config: Annotated[
         bool,
@@ -49,6 +54,7 @@ def train(
 
     if config is None and not overrides:  # nothing said what to train: never a default run
         _usage()
+    config, overrides = _run_as_config(config, overrides, resume)
     prepared = prepare_config(config, overrides)  # before torch loads: a mistake in a second
     cfg = prepared.cfg
     if print_config:
@@ -82,10 +88,36 @@ def train(
     console.print(f"report: {write_report(run_dir)}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _run_as_config(
+    config: Path | None, overrides: list[str] | None, resume: bool
+) -> tuple[Path | None, list[str] | None]:
+    """`tracerl train --resume RUN`: a run's folder (or its name under runs/) stands for the
+    config it was started with, and the run goes on where the folder is now (moved or
+    copied runs included). Without --resume, a run's folder is refused: a new run never
+    goes where one is."""
+    if config is None or config.is_file():
+        return config, overrides
+    folder = run_folder(config)
+    saved = folder / "config.yaml"
+    if not (folder.is_dir() and saved.is_file()):
+        return config, overrides  # not a run: the config loader says what it is
+    if not resume:
+        raise fail(
+            f"{folder}: a run's folder, not a config file",
+            f"continue that run: tracerl train --resume {folder}; or start a new one from "
+            f"its config: tracerl train {saved} name=NEW",
+        )
+    here = [f"out_dir={json.dumps(str(folder.resolve().parent))}", f"name={folder.name}"]
+    return saved, [*here, *(overrides or [])]
+
+
 def _usage() -> None:
     """Usage and the configs found here, on stderr; exit 2."""
     found = configs_here()
-    lines = ["usage: tracerl train CONFIG [key=value ...] [--resume] [--print-config]"]
+    lines = [
+        "usage: tracerl train CONFIG [key=value ...] [--resume] [--print-config]",
+        "       tracerl train --resume RUN [key=value ...]",
+    ]
     if found:
         lines += ["configs here:", *(f"  {p}" for p in found)]
     lines.append("e.g. tracerl train configs/demo.yaml trainer.steps=2 (docs/config.md)")
@@ -119,8 +151,8 @@ def sft(
     if not data.exists():
         raise fail(f"{data}: no such file or folder", FROM)
     from tracerl.models import load  # the model stack: once what it is given is checked
+    from tracerl.train.sft import check_fit, sft_data
     from tracerl.train.sft import sft as run_sft
-    from tracerl.train.sft import sft_data
 
     try:
         trajectories = sft_data(data, successful_only=not all_episodes)
@@ -135,6 +167,9 @@ def sft(
             f"{data}: no {'' if all_episodes else 'successful '}trajectories to learn from",
             "imitate every episode with --all, or give a run that has successes",
         )
+    # token ids mean something to one tokenizer: refused before the weights load
+    for warning in check_fit(trajectories, model, data):
+        err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     bundle = load(model)
 
     with progress_bars() as bars:

@@ -18,7 +18,7 @@ class EvalConfig(_Config):
     Training samples at ``model.temperature`` whatever this says."""
     samples_per_task: int = Field(1, ge=1)
     """Episodes played per evaluation task (k), each with its own seed. Reported beside
-    ``success_rate`` (over all episodes) as ``mean@k`` (the tasks' mean success over their k
-    samples) and ``pass@k`` (the share of tasks solved at least once in k), with standard
-    errors across tasks (``*_stderr``). Greedy decoding plays k identical episodes: use
-    k > 1 with a temperature above 0."""
+    ``success_rate`` (over the episodes whose reward decided) as ``mean@k`` (the tasks' mean
+    success over their k samples) and ``pass@k`` (the share of tasks solved at least once in
+    k), with standard errors across tasks (``*_stderr``). Greedy decoding plays k identical
+    episodes: use k > 1 with a temperature above 0."""

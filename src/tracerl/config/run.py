@@ -50,7 +50,7 @@ class AgentConfig(_Config):
     host: str = "127.0.0.1"
     """Where the gateway listens (the agents run in this process; another host only for
     agents that call it from elsewhere)."""
-    port: int = Field(0, ge=0)
+    port: int = Field(0, ge=0, le=65535)
     """0: a free port."""
 
 

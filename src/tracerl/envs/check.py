@@ -13,7 +13,9 @@ Like Gymnasium's env checker, but for the agent contract:
 * step determinism — the env's scripted action sequence gives the same results twice (each
   episode a check plays has an id of its own: a server keyed by it gives each a fresh world);
 * dry runs — every write tool has a dry-run path, the script exercises it, and under the
-  side-effect guard the env's real state is unchanged afterwards;
+  side-effect guard the env's real state is unchanged afterwards (an env built with the
+  guard off, as a config that writes for real trains it, is checked on a copy with the
+  guard on, and the check says so; every other check runs it as it was built);
 * splits — every declared split samples tasks (JSON, with ids), the same ones for the same
   seed, and no task id is in two splits;
 * reward — the env's own verifier (if it has one) scores the scripted actions, played
@@ -236,10 +238,54 @@ async def _dry_runs(factory: Callable[[], Env], renderer: Any, seed: int) -> str
     if not writes:
         return None
     no_dry = [t.name for t in writes if not t.has_dry_run]
-    if no_dry:
+    if no_dry:  # a live replay, or a run with the guard on, would refuse them
         return f"write tools without a dry-run path: {no_dry}"
-    if env.side_effect_guard != "dry_run":
-        return "check_env runs envs with side_effect_guard='dry_run' (the default)"
+    unguarded = env.side_effect_guard != "dry_run"
+    if unguarded:  # the other checks ran it as configured; dry runs need the guard on
+        guarded = _guarded(factory)
+        if guarded is None:
+            return _NOTE + (
+                f"skipped: the environment runs with side_effect_guard="
+                f"{env.side_effect_guard!r} (writes are not simulated) and no copy of it "
+                "with the guard on can be built here; check it with side_effect_guard="
+                "'dry_run' to check its dry-run paths"
+            )
+        factory, env = guarded
+        writes = [t for t in env.tools if t.effect == "write"]
+    problem = await _dry_run_checks(factory, env, writes, seed)
+    if problem or not unguarded:
+        return problem
+    return _NOTE + (
+        "run on a copy with side_effect_guard='dry_run' (these writes were simulated; the "
+        "other checks ran with the guard off, as configured)"
+    )
+
+
+def _guarded(factory: Callable[[], Env]) -> tuple[Callable[[], Env], Env] | None:
+    """`factory` (an `EnvFactory`: a config's environment, or check-env's) with the guard on
+    and no real writes, and one environment it built; None for any other factory, or an
+    environment that takes no guard argument."""
+    from dataclasses import replace
+
+    from tracerl.envs.registry import EnvFactory
+
+    if not isinstance(factory, EnvFactory):
+        return None
+    twin = replace(
+        factory, kwargs={**factory.kwargs, "side_effect_guard": "dry_run"}, real_writes=False
+    )
+    try:
+        env = twin()
+    except TypeError:  # its __init__ takes no side_effect_guard
+        return None
+    return (twin, env) if env.side_effect_guard == "dry_run" else None
+
+
+async def _dry_run_checks(
+    factory: Callable[[], Env], env: Env, writes: list[Any], seed: int
+) -> str | None:
+    """Every write tool completes a dry run (the script's, or a probe of an MCP tool's), and
+    no dry run changes the env's real state."""
     exercised: set[str] = set()
     for task in env.sample_tasks(8, seed=seed):
         probe = _own_episode(factory(), "dry-run")
@@ -337,7 +383,7 @@ def _reward_check(scripted_episodes: ScriptedEpisodes) -> Callable[..., Awaitabl
             why = undecided[0].evidence.get("why") or "it gave no reason"
             return (
                 f"the env's own reward leaves scripted episodes undecided, never trained on "
-                f"({undecided[0].name}: {why})"
+                f"({undecided[0].name}: {why})" + _simulated(env, tasks)
             )
         if not wins:
             detail = ", ".join(
@@ -346,7 +392,25 @@ def _reward_check(scripted_episodes: ScriptedEpisodes) -> Callable[..., Awaitabl
             return (
                 f"the env's own reward counts none of {len(tasks)} scripted episodes "
                 f"(check_script) a success ({detail}): is the verifier or the script wrong?"
+                + _simulated(env, tasks)
             )
         return _NOTE + f"{', '.join(reward.component_names)}; scripted episodes {wins}/{len(tasks)}"
 
     return _reward
+
+
+def _simulated(env: Env, tasks: list[dict[str, Any]]) -> str:
+    """What a failed reward check must say when the scripted episodes' writes were dry runs
+    (a reward that reads what they changed found nothing); "" when they ran for real."""
+    if not any(t.effect == "write" for t in env.tools):
+        return ""
+    allowed = getattr(env, "allow_real_writes", False) or all(
+        t.get("allow_real_writes") for t in tasks
+    )
+    if env.side_effect_guard == "off" and allowed:
+        return ""
+    return (
+        f" (its writes ran simulated, as dry runs: side_effect_guard "
+        f"{env.side_effect_guard!r}; a reward that reads what they changed needs "
+        "env.side_effect_guard: off and env.allow_real_writes: true)"
+    )

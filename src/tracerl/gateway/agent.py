@@ -57,7 +57,7 @@ from tracerl.gateway.harness import (
     wants_url,
 )
 from tracerl.gateway.server import Gateway
-from tracerl.gateway.session import GatewaySession, new_token
+from tracerl.gateway.session import GatewaySession, new_token, served_model
 from tracerl.imports import load_object
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import Episode, Policy
@@ -202,20 +202,7 @@ class AgentBackend:
         if e is not None:
             agent["traceback"] = outcome.traceback
             agent["exception_owner"] = "policy" if self._policys(session, e) else "environment"
-        stop = ending(session, agent)
-        if stop is StopReason.TIMEOUT and outcome.timed_out:
-            session.error = (
-                f"the agent did not finish within {limit:g} s ({session.requests} requests)"
-            )
-        elif stop is StopReason.AGENT_ERROR:
-            session.error = (
-                f"the agent raised {agent['exception']}"
-                if e is not None
-                else "the agent finished without calling the model"
-            )
-            session.env_fault = agent["exception_owner"] != "policy"
-        answer = agent["returned"] if stop is StopReason.ANSWERED else None
-        return session.finish(stop, answer=answer, agent=agent)
+        return finish_agent_session(session, agent)
 
     def _policys(self, session: GatewaySession, e: BaseException) -> bool:
         """Is the agent's crash the model's doing? Its last turn was unreadable or cut by the
@@ -230,6 +217,29 @@ class AgentBackend:
         # that cannot use it (the Agents SDK raises on an incomplete response) is no outage
         cut = (last.get("response") or {}).get("finish_reason") == "length"
         return bool(last.get("policy_error") or cut)
+
+
+def finish_agent_session(session: GatewaySession, agent: dict[str, Any]) -> Episode:
+    """Close `session` as `agent` (its receipt's account: ``returned``, ``exception``,
+    ``exception_owner``, ``timed_out``, ``timeout_s``) says its harness ended it: the stop
+    is `ending`'s, the one exact replay decides again, and `agent` is recorded as given."""
+    stop = ending(session, agent)
+    if stop is StopReason.TIMEOUT and agent.get("timed_out"):
+        limit = agent.get("timeout_s")
+        session.error = (
+            f"the agent did not finish within {limit:g} s ({session.requests} requests)"
+            if isinstance(limit, int | float)
+            else f"the agent did not finish in time ({session.requests} requests)"
+        )
+    elif stop is StopReason.AGENT_ERROR:
+        session.error = (
+            f"the agent raised {agent['exception']}"
+            if agent.get("exception") is not None
+            else "the agent finished without calling the model"
+        )
+        session.env_fault = agent.get("exception_owner") != "policy"
+    answer = agent.get("returned") if stop is StopReason.ANSWERED else None
+    return session.finish(stop, answer=answer, agent=agent)
 
 
 def ending(session: GatewaySession, agent: dict[str, Any]) -> StopReason:
@@ -288,8 +298,7 @@ def agent_backend(cfg: Any, policy: Policy, engine: Any = None) -> Iterator[Agen
     if a is None:
         yield None
         return
-    served = getattr(policy.sampler, "model", None) or policy.model_id
-    with Gateway(str(served), host=a.host, port=a.port) as gateway:
+    with Gateway(served_model(policy), host=a.host, port=a.port, option="agent.port") as gateway:
         yield AgentBackend(
             a.entry,
             gateway,

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracerl.gateway.chat import GatewayError
+from tracerl.gateway.ports import port_error
 from tracerl.gateway.protocols import BY_ROUTE, Protocol
 from tracerl.gateway.session import GatewaySession
 from tracerl.jsonhttp import JSONHandler, Server
@@ -54,7 +55,9 @@ class Gateway:
 
     `open_session(name)` makes a session for a name nobody registered (`tracerl gateway`);
     without it such requests are refused. `request_timeout_s` bounds how long an HTTP
-    request may wait for its answer (queueing for the sampler included)."""
+    request may wait for its answer (queueing for the sampler included). `option` names
+    where `port` was given (``--port``, ``agent.port``): a port that cannot be listened on
+    is a `tracerl.errors.UserError` saying so."""
 
     def __init__(
         self,
@@ -65,8 +68,9 @@ class Gateway:
         open_session: Callable[[str], GatewaySession] | None = None,
         end_session: Callable[[GatewaySession, Any], dict[str, Any]] | None = None,
         request_timeout_s: float = 600.0,
+        option: str = "--port",
     ) -> None:
-        self.model, self.host, self.port = model, host, port
+        self.model, self.host, self.port, self.option = model, host, port, option
         self.open_session = open_session
         self.end_session = end_session
         self.request_timeout_s = request_timeout_s
@@ -90,6 +94,13 @@ class Gateway:
     def find(self, headers: Any, body: dict[str, Any], named: str | None = None) -> GatewaySession:
         """The session a request names: in its URL (``/s/NAME/v1/...``, `named`), an
         ``X-Tracerl-Session`` header, its ``user`` field, or its API key."""
+        return self._find(headers, body, named)[0]
+
+    def _find(
+        self, headers: Any, body: dict[str, Any], named: str | None
+    ) -> tuple[GatewaySession, str | None]:
+        """`find`'s session, and the name it was opened under if this request opened it
+        (`open_session`)."""
         names = [named, headers.get("X-Tracerl-Session"), body.get("user")]
         auth = headers.get("Authorization") or ""
         if auth.lower().startswith("bearer "):
@@ -102,16 +113,16 @@ class Gateway:
         with self._lock:
             for name in names:
                 if name in self.sessions:
-                    return self.sessions[name]
+                    return self.sessions[name], None
                 root, _, child = name.partition("/")
                 if child and root in self.sessions:  # KEY/NAME: a child session of KEY's
                     session = self.sessions[root].delegation.open(child)
                     self.sessions[name] = session
-                    return session
+                    return session, None
             if self.open_session is not None and names:
                 session = self.open_session(names[0])
                 self.sessions[names[0]] = session
-                return session
+                return session, names[0]
         raise GatewayError(
             401,
             "no gateway session has this name; use the API key (or X-Tracerl-Session "
@@ -121,8 +132,12 @@ class Gateway:
 
     # ---- HTTP ------------------------------------------------------------------------------
     def start(self) -> str:
-        """Listen; returns the base URL (``http://host:port``; clients add ``/v1``)."""
-        self._httpd = Server((self.host, self.port), _handler(self))
+        """Listen; returns the base URL (``http://host:port``; clients add ``/v1``). A port
+        in use (taken since it was checked), or past 65535, is a `UserError`."""
+        try:
+            self._httpd = Server((self.host, self.port), _handler(self))
+        except (OSError, OverflowError) as e:
+            raise port_error(self.host, self.port, e, self.option) from e
         self._httpd.daemon_threads = True
         threading.Thread(
             target=self._httpd.serve_forever, name="tracerl-gateway", daemon=True
@@ -159,7 +174,25 @@ class Gateway:
             raise GatewayError(400, f"the request body is not JSON: {e.msg}") from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object")
-        session = self.find(headers, body, named)
+        session, opened = self._find(headers, body, named)
+        try:
+            return self._answer(protocol, session, body)
+        except GatewayError:
+            if opened is not None:
+                self._forget_unused(opened, session)
+            raise
+
+    def _forget_unused(self, name: str, session: GatewaySession) -> None:
+        """A session opened for a request that was refused (its form, its messages) took
+        nothing: it is not kept, listed or written (`tracerl gateway`)."""
+        with self._lock:
+            unused = session.requests == 0 and session.conv is None
+            if unused and not session._lock.locked() and self.sessions.get(name) is session:
+                del self.sessions[name]
+
+    def _answer(
+        self, protocol: Protocol, session: GatewaySession, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
         if session.loop is None or session.loop.is_closed():
             raise GatewayError(409, f"session {session.episode_id} is not running", "closed")
         future = asyncio.run_coroutine_threadsafe(protocol.answer(session, body), session.loop)

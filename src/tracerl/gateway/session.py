@@ -67,6 +67,17 @@ from tracerl.types import StopReason, ToolCall, TrajectoryError
 log = logging.getLogger("tracerl")
 
 
+def served_model(policy: Policy) -> str:
+    """The name the gateway serves `policy` under (``/v1/models``, each answer's ``model``):
+    its sampler's model *name* when the sampler is a client of a server that has one (a
+    remote OpenAI-compatible server's model; the vLLM engine's served name, or after a LoRA
+    update the adapter's, ``NAME-TAG@v4``, as OpenAI answers with a dated snapshot of the
+    model asked for), else the policy's spec (`Policy.model_id`). An in-process sampler's
+    ``model`` is the network itself, never a name."""
+    name = getattr(policy.sampler, "model", None)
+    return name if isinstance(name, str) and name else str(policy.model_id)
+
+
 def new_token() -> str:
     """A session key: what a harness passes as its API key (unguessable, so one episode's
     harness cannot write into another's session)."""
@@ -150,9 +161,7 @@ class GatewaySession:
         the model's."""
         async with self._lock:
             try:
-                self.protocols.add(protocol)
-                self.ignored |= ignored
-                return await self._complete(body)
+                return await self._complete(body, protocol, ignored)
             except GatewayError as e:
                 if self.unanswered is not None and "why" not in self.unanswered:
                     self.unanswered["why"] = e.code
@@ -165,12 +174,18 @@ class GatewaySession:
                     self.unanswered["why"] = "gateway_failed"
                 raise GatewayError(500, self.error, "gateway_failed") from e
 
-    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _complete(
+        self, body: dict[str, Any], protocol: str, ignored: set[str] | frozenset[str]
+    ) -> dict[str, Any]:
         self._check_open()
+        # a request refused for its form (HTTP 400) is no part of the episode: checked whole
+        # before anything of it is recorded or counted (exact replay never sees it)
         messages, tools = read_request(body)
-        self.requests += 1
-        self.ignored |= ignored_fields(body)
+        asked_max_tokens(body)
         request = self._update(messages, tools)
+        self.requests += 1
+        self.protocols.add(protocol)
+        self.ignored |= ignored | ignored_fields(body)
         request.update(asked_fields(body))
         if self.cfg.budgets.sampled_tokens is not None:  # the tree's tokens: what replay needs
             others = self.delegation.others_spent(self)
@@ -385,10 +400,14 @@ class GatewaySession:
             "completion_tokens": len(ids),
             "total_tokens": prompt_n + len(ids),
         }
-        served = getattr(self.policy.sampler, "model", None) or self.policy.model_id
         extra = {"policy_version": res.policy_version, "tracerl": {"step": step}}
         return completion_body(
-            f"chatcmpl-{self.replay_id}-{step}", str(served), message, finish, usage, extra
+            f"chatcmpl-{self.replay_id}-{step}",
+            served_model(self.policy),
+            message,
+            finish,
+            usage,
+            extra,
         )
 
     def note_failure(self, error: str) -> None:

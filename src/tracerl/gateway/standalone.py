@@ -5,6 +5,11 @@ field, or ``X-Tracerl-Session`` header) is a session. ``GET /tracerl/sessions/NA
 its samples token by token; ``POST /tracerl/sessions/NAME/end`` (optionally with
 ``{"answer": ...}``) writes its episode to ``OUT/episodes/step_0.jsonl.gz`` for
 ``tracerl show OUT NAME``; stopping the server (Ctrl-C) writes every open session.
+
+An ended session is closed as a training episode is when its agent returns (the answer is
+what the agent "returned", `tracerl.gateway.agent.finish_agent_session`), so `tracerl replay
+OUT NAME` decides its stop again from the same account. A request refused for its form
+(HTTP 400) records nothing, and opens no session.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.rollout.episode import episode_seed
+
+ENTRY = "tracerl gateway"
+"""The ``agent.entry`` of a standalone session's receipt: no agent to import (live replay
+has none to run)."""
 
 
 def run_gateway(
@@ -34,17 +43,28 @@ def run_gateway(
     """Serve the OpenAI chat-completions API over model spec `model` until SIGINT or SIGTERM,
     recording every session's tokens with their authors; ended sessions (and, at the end,
     every open one) are written into `out` as episodes. `log` is told the URL and where the
-    sessions went."""
-    from tracerl.envs.parsers import get_parser
+    sessions went. An unknown `parser` is a `tracerl.errors.NotFoundError`, before the
+    model loads."""
+    from tracerl.envs.parsers import PARSERS, get_parser
+    from tracerl.errors import unknown
+
+    if parser is not None and parser not in PARSERS:  # before the model loads
+        raise unknown(
+            "action parser",
+            parser,
+            sorted(PARSERS),
+            "name one with --parser, or leave it out for the model family's",
+        )
+
+    from tracerl.gateway.agent import finish_agent_session
     from tracerl.gateway.server import Gateway
-    from tracerl.gateway.session import GatewaySession
+    from tracerl.gateway.session import GatewaySession, served_model
     from tracerl.models import load
     from tracerl.models.placement import for_inference
     from tracerl.rollout import BatchedHFSampler
     from tracerl.rollout.budget import Budgets, RolloutConfig
     from tracerl.rollout.persist import EpisodeWriter
     from tracerl.rollout.runner import Policy
-    from tracerl.types import StopReason
 
     bundle = load(model)
     bundle.model = for_inference(bundle.model)
@@ -58,10 +78,13 @@ def run_gateway(
     writer = EpisodeWriter(out, 0)
 
     def end(session: GatewaySession, answer: Any) -> dict[str, Any]:
-        stop = session.stop or (
-            StopReason.ANSWERED if answer is not None else StopReason.ENV_TERMINATED
-        )
-        episode = session.finish(stop, answer=answer, agent={"entry": "tracerl gateway"})
+        if session.conv is None:  # none of its requests was taken: nothing to write
+            session.closed = True
+            return {"episode": session.episode_id, "samples": 0}
+        # the answer is what an agent would have returned: the stop is decided as for a
+        # training episode's, and again the same way by exact replay (`ending`)
+        agent = {"entry": ENTRY, "returned": answer, "exception": None, "timed_out": False}
+        episode = finish_agent_session(session, agent)
         writer.append(episode.trajectories)
         return {"episode": episode.episode_id, "samples": len(episode.trajectories)}
 
@@ -74,7 +97,7 @@ def run_gateway(
             )
 
         gateway = Gateway(
-            bundle.spec, host=host, port=port, open_session=open_session, end_session=end
+            served_model(policy), host=host, port=port, open_session=open_session, end_session=end
         )
         stopped = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

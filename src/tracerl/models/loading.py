@@ -329,21 +329,183 @@ def load_tiny_chars(seed: int = 0) -> PolicyBundle:
     return _tiny_llama(char_tokenizer, "tiny-chars", f"tiny-chars-llama@seed{seed}", seed)
 
 
+FOLDER_HINT = (
+    "pass a folder that save_pretrained wrote: config.json, the weights (*.safetensors or "
+    "pytorch_model*.bin) and the tokenizer with its chat template (`tracerl export` writes one)"
+)
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tiktoken.model",
+)
+"""The files one of which holds a tokenizer's vocabulary (fast, sentencepiece, BPE, WordPiece,
+tiktoken); ``tokenizer_config.json`` alone holds none."""
+
+
+def _config_problem(folder: Path) -> str | None:
+    """What is wrong with `folder`'s config.json (None: it names a model type)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return f"config.json is not JSON ({e})"
+    if not isinstance(config, dict):
+        return f"config.json holds a {type(config).__name__}, not a model's config"
+    if not config.get("model_type"):
+        return "config.json names no model_type (what transformers builds from it)"
+    return None
+
+
+def _weights_problem(folder: Path) -> str | None:
+    """What is missing of `folder`'s weights (None: a weights file, or every shard its index
+    names, is there)."""
+    for name in WEIGHT_INDEXES:
+        index = folder / name
+        if not index.is_file():
+            continue
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            return f"{name} is not a weights index (no weight_map)"
+        missing = sorted(s for s in shards if not (folder / str(s)).is_file())
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            return f"the shard {missing[0]}{more} that {name} names is missing"
+        return None
+    if any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin")):
+        return None
+    return "no weights (*.safetensors, pytorch_model*.bin or a sharded index)"
+
+
+def _tokenizer_problem(folder: Path) -> str | None:
+    """What is missing of `folder`'s tokenizer and chat template (None: both are there)."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES) and not any(
+        folder.glob("*.tiktoken")
+    ):
+        return f"no tokenizer ({', '.join(TOKENIZER_FILES[:4])}...)"
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        config = {}
+    if isinstance(config, dict) and config.get("chat_template"):
+        return None
+    return "no chat template (chat_template.jinja, or chat_template in tokenizer_config.json)"
+
+
 def _check_folder(path: str) -> Path:
+    """`path` as a folder transformers can load a policy from, or `ModelNotFoundError` naming
+    what it lacks: config.json with a model_type, weights, a tokenizer and a chat template.
+    Files are looked at, nothing is imported or loaded: a config's check runs it before a
+    run directory is written."""
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
         raise ModelNotFoundError(
             f"hf:{path}: no Hugging Face model folder there (expected {folder / 'config.json'})",
             "pass the folder that holds config.json, the weights and the tokenizer",
         )
+    problems = [
+        p
+        for p in (_config_problem(folder), _weights_problem(folder), _tokenizer_problem(folder))
+        if p
+    ]
+    if problems:
+        raise ModelNotFoundError(
+            f"hf:{path}: not a model folder tracerl can load: {'; '.join(problems)}",
+            FOLDER_HINT,
+        )
     return folder
+
+
+LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, TypeError)
+"""What transformers raises for a folder it cannot read (a file missing or cut short, a
+model type it does not know, weights of another shape), besides safetensors' own error."""
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors comes with transformers
+        return (*LOAD_ERRORS, RuntimeError)
+    return (*LOAD_ERRORS, SafetensorError, RuntimeError)
+
+
+def _first_line(e: BaseException) -> str:
+    """What `e` says, in one short line: its first line (its first sentence if that is
+    long), cut at 200 characters."""
+    text = " ".join(str(e).split("\n", 1)[0].split()) or type(e).__name__
+    if "ignore_mismatched_sizes" in text:  # its report went to a log the user never sees
+        return "the weights' shapes differ from those config.json gives"
+    if len(text) > 200 and ". " in text:
+        text = text.split(". ", 1)[0] + "."
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _read_folder(path: str, folder: Path, part: str, read: Callable[[], Any]) -> Any:
+    """`read()`, with what transformers raises about the folder's files told as the folder's
+    fault (`ModelNotFoundError`): which `part` failed, and the error's first line."""
+    import torch
+
+    try:
+        return read()
+    except torch.OutOfMemoryError:
+        raise
+    except _load_errors() as e:
+        raise ModelNotFoundError(
+            f"hf:{path}: transformers cannot load the {part} in it: {_first_line(e)}",
+            FOLDER_HINT,
+        ) from e
+
+
+def folder_tokenizer(path: str) -> Any:
+    """The tokenizer of the model folder `path` (checked: `_check_folder`), without its
+    weights; `ModelNotFoundError` when transformers cannot read it."""
+    folder = _check_folder(path)
+    _import_libraries()
+    from transformers import AutoTokenizer
+
+    return _read_folder(
+        path,
+        folder,
+        "tokenizer",
+        lambda: AutoTokenizer.from_pretrained(folder, local_files_only=True),
+    )
+
+
+def _load_checked_folder(path: str, folder: Path) -> tuple[Any, Any]:
+    """`_load_folder` for a user's folder: the tokenizer, then the model (fp32, eval mode),
+    each failure told as the folder's (`_read_folder`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = _read_folder(
+        path,
+        folder,
+        "tokenizer",
+        lambda: AutoTokenizer.from_pretrained(folder, local_files_only=True),
+    )
+    model = _read_folder(
+        path,
+        folder,
+        "model",
+        lambda: AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, local_files_only=True
+        ),
+    )
+    model.eval()
+    return model, tok
 
 
 def load_hf_folder(path: str) -> PolicyBundle:
     folder = _check_folder(path)
     import_s = _import_libraries()
     t0 = time.perf_counter()
-    model, tok = _load_folder(folder)
+    model, tok = _load_checked_folder(path, folder)
     fingerprint = hashlib.sha256((folder / "config.json").read_bytes())
     for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
         fingerprint.update(f"{weights.name}:{weights.stat().st_size}".encode())

@@ -25,10 +25,9 @@ from typing import Any
 
 from tracerl.models.loading import (
     ModelNotFoundError,
-    _check_folder,
-    _import_libraries,
     char_tokenizer,
     check_spec,
+    folder_tokenizer,
     smollm2_tokenizer,
 )
 
@@ -61,11 +60,26 @@ def tokenizer_of(spec: str) -> Any:
         return tokenizer_of(parse_model_ref(spec).spec)
     check_spec(spec)
     if spec.startswith("hf:"):
-        _import_libraries()
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(_check_folder(spec[3:]), local_files_only=True)
+        return folder_tokenizer(spec[3:])
     return SPEC_TOKENIZERS[spec]()
+
+
+def vocabulary_size(spec: str, tokenizer: Any = None) -> int:
+    """How many token ids `spec`'s model embeds (an id at or above it is out of its
+    embedding's range), without its weights: a folder's ``vocab_size`` in config.json (its
+    embedding may have more rows than its tokenizer has tokens), else its tokenizer's length
+    (`tokenizer`: `spec`'s, when the caller has it already)."""
+    if is_checkpoint_ref(spec):
+        return vocabulary_size(parse_model_ref(spec).spec, tokenizer)
+    if spec.startswith("hf:"):
+        import json
+
+        check_spec(spec)
+        config = json.loads((Path(spec[3:]).expanduser() / "config.json").read_text())
+        for size in (config.get("vocab_size"), (config.get("text_config") or {}).get("vocab_size")):
+            if isinstance(size, int) and size > 0:
+                return size
+    return len(tokenizer if tokenizer is not None else tokenizer_of(spec))
 
 
 def load_renderer(spec: str) -> Any:

@@ -5,8 +5,9 @@ entry point or an import path), its splits and the reward, and refuses a config 
 could not complete, with what, where and what to do (`ConfigError`): an unknown model, an
 environment or reward that cannot be found, a split the environment does not have, an
 adversarial evaluation on an environment without that split, a warm start on an environment
-without a reference agent. It returns the config with the environment's split defaults
-filled in, and the objects the run uses.
+without a reference agent, a Ray cluster or a sampling server nothing answers at
+(`tracerl.preflight.reach`), a vLLM Python without vllm. It returns the config with the
+environment's split defaults filled in, and the objects the run uses.
 
 `tracerl.preflight.rehearsal` is the second check, run once the cheaper ones (a run that
 exists, a resume with another config) have passed and before the model loads: one episode
@@ -203,8 +204,11 @@ def check_teacher(cfg: RunConfig) -> None:
         raise ConfigError(vocabulary_mismatch(d.teacher, ref.spec, cfg.model.spec, differs))
 
 
-def prepare(cfg: RunConfig) -> Prepared:
-    """Check `cfg` against what it names; the config with split defaults, and the objects."""
+def prepare(cfg: RunConfig, *, workers: bool = True) -> Prepared:
+    """Check `cfg` against what it names; the config with split defaults, and the objects.
+    `workers`: the run will use its Ray rollout workers (``trainer.rollout.backend: ray``;
+    training does, an evaluation or readiness check samples in process), so their cluster
+    and sampling server are reached here (`tracerl.preflight.reach`)."""
     check_model(cfg.model.spec)
     check_teacher(cfg)
     if cfg.env.parser is not None:
@@ -265,6 +269,11 @@ def prepare(cfg: RunConfig) -> Prepared:
             import_ray()
         except ImportError as e:
             raise ConfigError(f"trainer.rollout.backend: {e}") from None
+        if workers:
+            from tracerl.preflight.reach import check_ray_address, check_sampler_url
+
+            check_ray_address(cfg.trainer.rollout.address)  # a cluster that cannot be joined
+            check_sampler_url(cfg.trainer.rollout.sampler_url)  # a server nothing answers at
     if cfg.agent is not None:  # the agent loads, the openai SDK is there, the classes exist
         from tracerl.gateway.agent import policy_exception_types
         from tracerl.gateway.harness import import_openai, load_agent, wants_url
@@ -275,10 +284,20 @@ def prepare(cfg: RunConfig) -> Prepared:
             policy_exception_types(cfg.agent.policy_exceptions)
         except UserError as e:
             raise _fail("agent", e) from e
-    if cfg.model.engine == "vllm":  # installed? (a model it cannot serve fails its start)
-        from tracerl.engines.vllm import find_vllm_python
+        import os
 
-        find_vllm_python(cfg.model.vllm.python)
+        from tracerl.gateway.ports import check_port
+
+        try:  # the gateway's port, free before the model loads (as `tracerl gateway --port`);
+            # under torchrun only rank 0 listens: another rank may check after it bound
+            if os.environ.get("RANK", "0") == "0":
+                check_port(cfg.agent.host, cfg.agent.port, "agent.port")
+        except UserError as e:
+            raise _fail("agent.port", e) from e
+    if cfg.model.engine == "vllm":  # installed? (a model it cannot serve fails its start)
+        from tracerl.engines.vllm import check_vllm_python
+
+        check_vllm_python(cfg.model.vllm.python)  # it runs, and has vllm
     key = reward_key(cfg)
     try:
         reward = resolve_reward(

@@ -63,26 +63,35 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+_EVAL_ROW = ("success_rate", "episodes")
+"""The keys (``eval/<split>/<key>``) that say a row holds an evaluation of a split."""
+
+
 def eval_history(run_dir: Path) -> list[dict[str, Any]]:
     """The run's evaluations in order: ``{stage, step, split, success_rate, reward_mean,
-    success_rate_stderr}`` (the standard error None where the row has none: older runs)."""
+    success_rate_stderr}`` (the standard error None where the row has none: older runs;
+    the success rate and mean reward None where the evaluation decided no episode: they
+    are undefined, never 0)."""
     out = []
     for row in metric_rows(run_dir):
         if row.get("phase") != "eval":
             continue
-        for key in row:
-            parts = key.split("/")
-            if len(parts) == 3 and parts[0] == "eval" and parts[2] == "success_rate":
-                out.append(
-                    {
-                        "stage": row.get("stage", "train"),
-                        "step": row["step"],
-                        "split": parts[1],
-                        "success_rate": row[key],
-                        "reward_mean": row.get(f"eval/{parts[1]}/reward_mean", 0.0),
-                        "success_rate_stderr": row.get(f"eval/{parts[1]}/success_rate_stderr"),
-                    }
-                )
+        splits = dict.fromkeys(
+            parts[1]
+            for parts in (key.split("/") for key in row)
+            if len(parts) == 3 and parts[0] == "eval" and parts[2] in _EVAL_ROW
+        )
+        for split in splits:
+            out.append(
+                {
+                    "stage": row.get("stage", "train"),
+                    "step": row["step"],
+                    "split": split,
+                    "success_rate": row.get(f"eval/{split}/success_rate"),
+                    "reward_mean": row.get(f"eval/{split}/reward_mean"),
+                    "success_rate_stderr": row.get(f"eval/{split}/success_rate_stderr"),
+                }
+            )
     return out
 
 
@@ -232,10 +241,21 @@ def _origin(run_dir: Path, path: Path) -> tuple[str, str, str, int]:
     return "episodes", parts[0], parts[0], step
 
 
+EPISODE_FOLDERS = ("eval", "warm_start")
+"""The folders of a run directory whose ``episodes/`` (at any depth) hold episodes besides
+its own ``episodes/``: nothing else under it is read (another run copied inside, a
+report's pages)."""
+
+
 def step_files(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """Every episode file of the run, training steps first (in step order), then the rest."""
+    """Every episode file of the run, training steps first (in step order), then the rest:
+    ``episodes/``, and the ``episodes/`` folders under ``eval/`` and ``warm_start/``."""
     root = Path(run_dir)
-    files = [p for p in root.rglob("step_*.jsonl.gz") if p.parent.name == "episodes"]
+    files = list((root / "episodes").glob("step_*.jsonl.gz"))
+    for folder in EPISODE_FOLDERS:
+        files += [
+            p for p in (root / folder).rglob("step_*.jsonl.gz") if p.parent.name == "episodes"
+        ]
 
     def key(p: Path) -> tuple[int, str, int]:
         phase, _, _, step = _origin(root, p)
@@ -304,16 +324,58 @@ def find_episode(run_dir: str | os.PathLike[str], episode: str) -> EpisodeRecord
     )
 
 
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """A run directory: ``metrics.jsonl``, or episodes where a run keeps them (`step_files`),
+    in the folder itself. A folder holding runs is not one."""
+    root = Path(path)
+    return (root / METRICS_FILE).is_file() or bool(step_files(root))
+
+
+def runs_below(path: str | os.PathLike[str], depth: int = 3, most: int = 2000) -> list[Path]:
+    """The run directories under `path` (not inside one another), `depth` folders down and
+    `most` folders looked at, at most (a suggestion, not a search of a home folder); in name
+    order."""
+    found: list[Path] = []
+    level, seen = [Path(path)], 0
+    for _ in range(depth):
+        below = []
+        for folder in level:
+            try:
+                subs = sorted(p for p in folder.iterdir() if p.is_dir() and p.name[0] != ".")
+            except OSError:  # unreadable: nothing to suggest from it
+                continue
+            for sub in subs[: max(0, most - seen)]:
+                seen += 1
+                (found if is_run_dir(sub) else below).append(sub)
+        level = below
+    return sorted(found)
+
+
 def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """`run_dir` when it is a run directory (`is_run_dir`); else a `RunDirError` saying what
+    a run directory holds, and naming the runs below it when it holds some."""
     root = Path(run_dir)
     if not root.is_dir():
         raise RunDirError(f"{root}: no such directory; pass a run directory such as runs/<name>")
-    if not (root / METRICS_FILE).exists() and not step_files(root):
+    if is_run_dir(root):
+        return root
+    if (root / "config.yaml").is_file():  # started, stopped before its first record
         raise RunDirError(
-            f"{root}: neither metrics.jsonl nor episodes/ found; is this a run directory "
-            "written by `tracerl train`, `tracerl eval` or `tracerl demo`?"
+            f"{root}: the run has recorded nothing yet (a config.yaml, but no metrics.jsonl "
+            "or episodes/)",
+            "train it (`tracerl train`), or wait for its first step",
         )
-    return root
+    runs = runs_below(root)
+    if runs:
+        named = ", ".join(str(p) for p in runs[:3])
+        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+        hint = f"it holds {len(runs)} run{'s' * (len(runs) > 1)} ({named}{more}): pass one"
+    else:
+        hint = "pass a folder written by `tracerl train`, `tracerl eval` or `tracerl demo`"
+    raise RunDirError(
+        f"{root}: not a run directory (one has metrics.jsonl, config.yaml and episodes/ in it)",
+        hint,
+    )
 
 
 @dataclass
@@ -376,7 +438,8 @@ class RunData:
         return step - 1 if row.get("stage") == "baseline" and self.warm_started else step
 
     def last_eval(self, split: str = "heldout") -> dict[str, Any]:
-        rows = [r for r in self.evals if f"eval/{split}/success_rate" in r]
+        # an evaluation that decided nothing has no success_rate (undefined), but episodes
+        rows = [r for r in self.evals if {f"eval/{split}/{k}" for k in _EVAL_ROW} & r.keys()]
         return rows[-1] if rows else {}
 
     @property

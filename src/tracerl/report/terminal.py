@@ -175,9 +175,20 @@ def print_line(console: Console, label: str, value: str, sep: str = "  ") -> Non
     console.print(Text.assemble((label, "bold"), sep, value), soft_wrap=True)
 
 
-def _with_stderr(value: float, stderr: float | None) -> str:
-    """``0.375 ± 0.171`` (the value alone where no standard error was recorded)."""
+def _with_stderr(value: float | None, stderr: float | None) -> str:
+    """``0.375 ± 0.171`` (the value alone where no standard error was recorded;
+    ``undefined`` where there is no value: no episode decided)."""
+    if value is None:
+        return UNDEFINED
     return f"{value:.3f}" + ("" if stderr is None else f" ± {stderr:.3f}")
+
+
+UNDEFINED = "undefined"
+"""How a figure with nothing to average is printed (every episode undecided): never 0."""
+
+
+def _num(value: float | None) -> str:
+    return UNDEFINED if value is None else f"{value:.3f}"
 
 
 def print_evals(run_dir: Path, console: Console) -> None:
@@ -195,16 +206,18 @@ def print_evals(run_dir: Path, console: Console) -> None:
             str(h["step"]),
             h["split"],
             _with_stderr(h["success_rate"], h.get("success_rate_stderr")),
-            f"{h['reward_mean']:.3f}",
+            _num(h["reward_mean"]),
         )
     console.print(table)
     split = history[0]["split"]  # the eval split comes first in every evaluation
     history = [h for h in history if h["split"] == split]
     first, last = history[0], history[-1]
-    line = f"{split} success: baseline {first['success_rate']:.3f}"
+    line = f"{split} success: baseline {_num(first['success_rate'])}"
     warm = [h for h in history if h["stage"] == "warm_start"]
     if warm:
-        line += f", after the warm start {warm[-1]['success_rate']:.3f}"
+        line += f", after the warm start {_num(warm[-1]['success_rate'])}"
     if last["stage"] == "train":
-        line += f", after {last['step']} GRPO steps {last['success_rate']:.3f}"
+        line += f", after {last['step']} GRPO steps {_num(last['success_rate'])}"
+    if any(h["success_rate"] is None for h in history):
+        line += f" ({UNDEFINED}: no episode's reward decided; `tracerl review {run_dir}`)"
     console.print(line, markup=False, soft_wrap=True)

@@ -2,8 +2,10 @@
 
 Each sample keeps what the verifier saw (question, answer, gold answers, evidence). A
 person's verdict is recorded with who gave it and when; verdicts are keyed by task and
-normalised answer, so the same answer to the same question is never asked twice, and
-evaluation metrics count them (`reviewed_success`).
+normalised answer (`key`), so the same answer to the same question is never asked twice, and
+evaluation metrics count them (``reviewed_success_rate``). Runs fill it with the episodes
+their reward could not decide (`tracerl.train.review_queue`); `tracerl review RUN` lists
+them and records verdicts.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def _key(task: dict[str, Any], answer: str) -> str:
     normalised answer."""
     what = json.dumps([task.get("id"), task.get("question"), task.get("answers")])
     return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}\x1f{normalize(answer)}"
+
+
+key = _key
+"""The pool's key of an answer to a task (as `ReviewPool.add` and `ReviewPool.verdict`
+compute it)."""
 
 
 class ReviewPool:
@@ -122,6 +129,13 @@ class ReviewPool:
             ids = [s.id for s in self.samples()]
             raise KeyError(f"no review sample {sample_id}; samples: {ids[:20]}")
         return next(s for s in self.samples() if s.id == sample_id)
+
+    def verdicts(self) -> dict[str, bool]:
+        """Every verdict given so far, by the pool's key (`key`): one read for many
+        lookups."""
+        with self._db() as db:
+            rows = db.execute("SELECT key, verdict FROM samples WHERE verdict IS NOT NULL")
+            return {k: bool(v) for k, v in rows.fetchall()}
 
     def verdict(self, task: dict[str, Any], answer: str) -> bool | None:
         with self._db() as db:

@@ -5,7 +5,9 @@ How they sample is the ``eval`` section's: at ``eval.temperature`` (0: greedy; N
 training temperature), through a second sampler over the same weights (`eval_policy`: the
 training sampler keeps its own temperature), each task played ``eval.samples_per_task``
 times (k) with a seed per sample, reported as ``success_rate``, ``mean@k`` and ``pass@k``
-with their standard errors (`tracerl.train.metrics.sample_metrics`)."""
+with their standard errors (`tracerl.train.metrics.sample_metrics`). Episodes whose reward
+could not decide wait for a person in ``RUN/review.sqlite``; each evaluation reports
+``review_pending`` and ``reviewed_success_rate`` (`tracerl.train.review_queue`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from tracerl.rollout.persist import EpisodeWriter, done_episodes
 from tracerl.rollout.runner import Policy
 from tracerl.train.interrupt import cancellable
 from tracerl.train.metrics import eval_metrics
+from tracerl.train.review_queue import review_metrics
 
 
 def evaluate(*args: Any, **kwargs: Any) -> dict[str, float]:
@@ -81,14 +84,15 @@ async def evaluate_async(
             episodes += [e for g in groups for e in g]
             by_task += groups
         m.update(eval_metrics(episodes, split, lookup, by_task))
+        m.update(review_metrics(run_dir, episodes, f"eval/{split}/"))  # the review pool
     sink.log({"step": step, "phase": "eval", "stage": stage, **m})
     split = cfg.env.eval_split
-    line = (
-        f"eval ({stage}, step {step}): {split} success {m[f'eval/{split}/success_rate']:.3f}"
-        f" ± {m[f'eval/{split}/success_rate_stderr']:.3f}"
-    )
-    if k > 1:
+    line = f"eval ({stage}, step {step}): {split} success " + _success(m, f"eval/{split}/")
+    if k > 1 and f"eval/{split}/pass@{k}" in m:
         line += f", pass@{k} {m[f'eval/{split}/pass@{k}']:.3f}"
+    pending = m.get(f"eval/{split}/review_pending", 0.0)
+    if pending:  # answers no rule could decide: a person can
+        line += f" ({pending:.0f} undecided, waiting for review: `tracerl review {run_dir}`)"
     infra = m.get(f"eval/{split}/stop/infra_failure", 0.0)
     if infra:  # a success rate that measured the infrastructure must say so
         line += (
@@ -103,6 +107,14 @@ async def evaluate_async(
         )
     bars.line(line)
     return m
+
+
+def _success(m: dict[str, float], prefix: str) -> str:
+    """``0.375 ± 0.171``, or why there is no figure (no episode decided)."""
+    rate = m.get(f"{prefix}success_rate")
+    if rate is None:
+        return "undefined (no episode's reward decided)"
+    return f"{rate:.3f} ± {m.get(f'{prefix}success_rate_stderr', 0.0):.3f}"
 
 
 def eval_policy(cfg: RunConfig, policy: Policy) -> Policy:

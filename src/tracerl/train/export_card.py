@@ -83,6 +83,8 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 _RATE = re.compile(r"^eval/([^/]+)/success_rate$")
+UNDECIDED = ("undecided_rate", "evaluator_error_rate")
+"""The shares of an evaluation's episodes its success rate leaves out (nothing decided)."""
 
 
 def evaluations(
@@ -120,6 +122,9 @@ def results(row: dict[str, Any]) -> list[tuple[str, float, int, float, float]]:
         if not m:
             continue
         rate, n = float(row[key]), int(row.get(f"eval/{m[1]}/episodes", 0))
+        # the rate is over the episodes whose reward decided: so is its interval
+        left_out = sum(float(row.get(f"eval/{m[1]}/{k}", 0.0)) for k in UNDECIDED)
+        n = round(n * (1.0 - left_out))
         low, high = wilson(round(rate * n), n)
         out.append((m[1], rate, n, low, high))
     return out

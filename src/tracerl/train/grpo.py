@@ -40,6 +40,7 @@ from tracerl.train.metrics import (
     owner_metrics,
     scored_metrics,
     signal_metrics,
+    train_reward_mean,
 )
 from tracerl.train.subagent_credit import child_advantages, child_reward_metrics
 from tracerl.train.turn_credit import turn_level_advantages
@@ -278,7 +279,7 @@ def update_on_groups(
     # read again where the teacher made some episodes the evaluator's since
     fresh = sampled is None and not out
     totals, ok_seen = (rewards, eligible) if fresh else training_rewards(observed, cfg)
-    metrics["train/reward_mean"] = sum(totals) / len(totals) if totals else 0.0
+    metrics.update(train_reward_mean(observed, totals))  # over decided episodes only
     metrics.update({f"train/{k}": v for k, v in scored_metrics(observed).items()})
     metrics.update(child_reward_metrics(seen))
     metrics["train/ineligible_episodes"] = float(sum(not ok for ok in ok_seen))

@@ -49,8 +49,9 @@ from tracerl.train.futility import Futility
 from tracerl.train.grpo import GRPOConfig, grpo_step
 from tracerl.train.interrupt import Interrupts, StopRun, set_phase, starting
 from tracerl.train.learner import Learner
-from tracerl.train.metrics import citation_metrics
+from tracerl.train.metrics import citation_metrics, shown
 from tracerl.train.resume import check_start, has_eval, trim_metrics
+from tracerl.train.review_queue import queue_undecided
 from tracerl.train.run import Run
 from tracerl.train.warm_start import warm_start_stage
 
@@ -225,11 +226,12 @@ def _train(
         if hasattr(probe, "document"):
             cites = citation_metrics(episodes, probe.document)
             m.update({f"train/{k}": v for k, v in cites.items()})
+        queue_undecided(run_dir, episodes)  # undecided: wait for a person, in review.sqlite
         m.update(engine.metrics())  # the weight sync before this step, restarts so far
         m["time/step_s"] = time.perf_counter() - t0
         sink.log({"step": step, "phase": "train", **m})
         log(
-            f"step {step}: reward {m['train/reward_mean']:.3f}, "
+            f"step {step}: reward {shown(m.get('train/reward_mean'))}, "
             f"loss {m.get('train/loss', 0.0):.4f}, {m['time/step_s']:.1f} s"
         )
         evaluator = m.get("attribution/episodes_evaluator", 0.0)
@@ -329,13 +331,25 @@ async def _train_async(
     t, run_dir = cfg.trainer, cfg.run_dir
     final: dict[str, float] = {}
     last = [time.perf_counter()]
-    bars.phase("async rollouts", (t.steps - start) * cfg.env.tasks_per_step * t.group_size)
+    total = (t.steps - start) * cfg.env.tasks_per_step * t.group_size
+    sampled, evaluating = [0], [False]
+    bars.phase("async rollouts", total)
+
+    def sampled_one(_: Episode) -> None:  # an evaluation's bar counts its own episodes only
+        sampled[0] += 1
+        if not evaluating[0]:
+            bars.advance()
 
     async def after(step: int, m: dict[str, float], episodes: list[Episode]) -> bool:
         nonlocal final
         go = record(step, m, episodes, last[0])
         if go and evaluate_after(step):
-            final = await evaluation(step + 1)
+            evaluating[0] = True
+            try:
+                final = await evaluation(step + 1)
+            finally:
+                evaluating[0] = False
+            bars.phase("async rollouts", max(total, sampled[0]), sampled[0])
         last[0] = time.perf_counter()
         return go
 
@@ -358,7 +372,7 @@ async def _train_async(
         writer=lambda b: EpisodeWriter(run_dir, b),
         done=lambda b: done_episodes(run_dir, b),
         after_step=after,
-        on_episode=bars.advance,
+        on_episode=sampled_one,
         backend=backend,
     )
     return final

@@ -2,10 +2,19 @@
 
 The same function serves training rows (``train/...``) and evaluation rows
 (``eval/<split>/...``), so these curves mean the same thing on both (``reward_mean`` does
-not: training averages every episode, the reward GRPO sees; evaluation averages the
-episodes eligible for it):
+not: training averages the decided episodes, the rewards GRPO sees; evaluation averages the
+episodes eligible for it).
 
-    success_rate               the first outcome component reached 1.0 (exact match)
+An undecided episode (its reward not decided: a reward function that returned None, a judge
+that could not decide, a near miss, a crashed evaluator) is never a reward of 0: every mean
+of rewards and every success figure counts decided episodes only, and is absent from the
+row (printed "undefined", "–" on the dashboard) when none was decided. Beside them:
+
+    undecided_rate             episodes whose reward could not decide, the evaluator healthy:
+                               they wait for a person in ``RUN/review.sqlite``
+                               (`tracerl.train.review_queue`)
+    success_rate               the first outcome component reached 1.0 (exact match), over
+                               the decided episodes
     reward/<component>         each component's mean over the episodes it scored
     constraint_violation_rate  policy-owned episodes where a constraint-layer component
                                (format, forbidden tools, permissions) failed (an outage that
@@ -67,11 +76,34 @@ def owner_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     }
 
 
+def decided(e: Episode) -> bool:
+    """Did the episode's reward decide (the episode counts in means and success)? An
+    unscored episode (no reward) counts as unsolved, as before."""
+    return e.reward is None or bool(getattr(e.reward, "decided", True))
+
+
+def rate(values: Sequence[float]) -> dict[str, float]:
+    """``{"": mean}``, or nothing where there is nothing to average: an absent figure is
+    "undefined", never a 0 (prefix the key with `with_key`)."""
+    return {"": sum(values) / len(values)} if values else {}
+
+
+def with_key(key: str, m: dict[str, float]) -> dict[str, float]:
+    return {key + k: v for k, v in m.items()}
+
+
+def shown(value: float | None) -> str:
+    """A figure for people: ``0.375``, or ``undefined`` where it is absent (nothing
+    decided to average)."""
+    return "undefined" if value is None else f"{value:.3f}"
+
+
 def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     rewards = [e.reward for e in episodes if e.reward is not None]
     n = max(1, len(rewards))
     m: dict[str, float] = {
-        "success_rate": sum(r.succeeded for r in rewards) / n,
+        **with_key("success_rate", rate([r.succeeded for r in rewards if r.decided])),
+        "undecided_rate": sum(not r.decided and r.error is None for r in rewards) / n,
         "evaluator_error_rate": sum(r.error is not None for r in rewards) / n,
         # the policy's own failures: a healthy environment, a decided reward, not a success
         # (timeouts and outages are the environment's: `rollout/timeout_rate`, `.../infra_...`)
@@ -82,12 +114,12 @@ def scored_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         )
         / n,
     }
-    compacted = [e for e in episodes if e.reward is not None and e.receipt.compactions]
-    if compacted:  # success split by whether the context was compacted
-        rest = [e for e in episodes if e.reward is not None and not e.receipt.compactions]
-        m["success_compacted"] = sum(e.reward.succeeded for e in compacted) / len(compacted)
-        if rest:
-            m["success_uncompacted"] = sum(e.reward.succeeded for e in rest) / len(rest)
+    scored = [e for e in episodes if e.reward is not None and e.reward.decided]
+    if any(e.receipt.compactions for e in episodes if e.reward is not None):
+        # success split by whether the context was compacted (decided episodes)
+        for key, compacted in (("success_compacted", True), ("success_uncompacted", False)):
+            of = [e.reward.succeeded for e in scored if bool(e.receipt.compactions) is compacted]
+            m.update(with_key(key, rate(of)))
     names = list(dict.fromkeys(c.name for r in rewards for c in r.components))
     for name in names:
         scored = [
@@ -152,12 +184,18 @@ def stderr(values: Sequence[float]) -> float:
 def sample_metrics(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
     """``mean@k``, ``pass@k`` and the standard errors across tasks of them and of
     ``success_rate`` (see the module docstring), `groups` holding each task's k episodes
-    (k: the largest group; an episode without a reward counts as unsolved)."""
+    (k: the largest group; an episode without a reward counts as unsolved). Over decided
+    samples only: none at all, no figures."""
     k = max((len(g) for g in groups), default=1)
-    solved_G = [[e.reward is not None and e.reward.succeeded for e in g] for g in groups]
+    # undecided samples are left out; a task none of whose samples decided, too
+    solved_G = [
+        [e.reward is not None and e.reward.succeeded for e in g if decided(e)] for g in groups
+    ]
     means = [sum(s) / len(s) for s in solved_G if s]
     passes = [float(any(s)) for s in solved_G if s]
-    n = max(1, len(means))
+    if not means:  # nothing decided: undefined, not 0
+        return {}
+    n = len(means)
     return {
         "success_rate_stderr": stderr(means),
         f"mean@{k}": sum(means) / n,
@@ -174,14 +212,14 @@ def eval_metrics(
     groups: Sequence[Sequence[Episode]] | None = None,
 ) -> dict[str, float]:
     """One evaluation's metrics, named ``eval/<split>/...``: the scored metrics above,
-    ``reward_mean`` over eligible episodes, searches per episode, P95 latency, tool cost,
-    stop reasons and attribution; on the adversarial split each trap kind's success as
-    ``eval/adversarial/<kind>/success_rate``. `groups`: the episodes by task (each task's
-    k samples; None: one episode per task), for `sample_metrics`."""
+    ``reward_mean`` over eligible episodes (absent when none is), searches per episode, P95
+    latency, tool cost, stop reasons and attribution; on the adversarial split each trap
+    kind's success as ``eval/adversarial/<kind>/success_rate``. `groups`: the episodes by
+    task (each task's k samples; None: one episode per task), for `sample_metrics`."""
     eligible = [e.reward.total for e in episodes if e.reward is not None and e.reward.eligible]
     n = max(1, len(episodes))
     m = {
-        "reward_mean": sum(eligible) / len(eligible) if eligible else 0.0,
+        **with_key("reward_mean", rate(eligible)),  # none eligible: undefined, not 0
         "searches_mean": sum(
             c["action"]["tool"] == "search"
             for e in episodes
@@ -218,8 +256,17 @@ def eval_metrics(
     if split == "adversarial":
         for kind in sorted({str(e.receipt.task.get("kind", "")) for e in episodes}):
             of_kind = [e for e in episodes if e.receipt.task.get("kind") == kind]
-            out[f"eval/adversarial/{kind}/success_rate"] = scored_metrics(of_kind)["success_rate"]
+            if (ok := scored_metrics(of_kind).get("success_rate")) is not None:
+                out[f"eval/adversarial/{kind}/success_rate"] = ok
     return out
+
+
+def train_reward_mean(episodes: Sequence[Episode], totals: Sequence[float]) -> dict[str, float]:
+    """``train/reward_mean``: the mean of `totals` (each episode's reward as training sees
+    it, one per episode) over the decided episodes; absent when none decided (a reward
+    that never decides trains nothing and scores nothing, not 0)."""
+    of = [x for e, x in zip(episodes, totals, strict=True) if decided(e)]
+    return with_key("train/reward_mean", rate(of))
 
 
 def signal_metrics(signal: Sequence[bool]) -> dict[str, float]:

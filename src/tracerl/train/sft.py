@@ -8,11 +8,16 @@ successful, gradient-eligible episodes) or a trajectories JSONL(.gz) file.
 The NLL is reported before the first update and after the last one, each measured by a
 forward pass over all the data (no gradient); the per-epoch numbers are the training loss,
 averaged while the weights moved, so with one epoch it is neither "before" nor "after".
+
+Token ids mean something only to the tokenizer that made them: `check_fit` refuses
+trajectories that the model to fine-tune would read with another vocabulary (their receipts
+name the model that sampled them), before its weights load.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +25,7 @@ from typing import Any
 
 import torch
 
+from tracerl.errors import UserError
 from tracerl.jsonl import read_trajectories
 from tracerl.models.placement import device_of
 from tracerl.rollout.persist import read_run_trajectories
@@ -55,6 +61,105 @@ def sft_data(source: str | os.PathLike[str], *, successful_only: bool = True) ->
         if own.get(t.episode_id, (t.receipt or {}).get("gradient_eligible", True))
         and t.reward.get("total", 0) >= 1.0
     ]
+
+
+class TokenizerMismatch(UserError, ValueError):
+    """Trajectories whose token ids the model to fine-tune would read with another
+    vocabulary: sampled by a model with another tokenizer, or holding ids beyond its
+    embedding."""
+
+
+def _other_model(spec: str, where: str, recorded: str, why: str) -> TokenizerMismatch:
+    return TokenizerMismatch(
+        f"{where}: its trajectories were sampled by {recorded!r}, {why}",
+        f"fine-tune the model that sampled them (--model {recorded}), or sample new "
+        f"episodes with {spec} and fine-tune on those",
+    )
+
+
+def check_fit(trajectories: Sequence[Trajectory], spec: str, where: object) -> list[str]:
+    """Refuse (`TokenizerMismatch`) `trajectories` that model `spec` cannot be fine-tuned on:
+    their receipts name a model whose tokenizer differs from `spec`'s, or a token id is
+    beyond `spec`'s vocabulary. Only tokenizers load, no weights. Returns warnings: what
+    could not be checked (trajectories without a receipt naming their model; a recorded
+    model that cannot be loaded here, whose chat template is `spec`'s), or a chat template
+    that differs although the vocabulary agrees. `where`: the data, for the messages."""
+    from tracerl.models.refs import tokenizer_of, vocabulary_difference, vocabulary_size
+    from tracerl.models.render import ChatRenderer
+
+    tokenizer = tokenizer_of(spec)
+    template = ChatRenderer(tokenizer).template_hash
+    warnings: list[str] = []
+    recorded: Counter[str | None] = Counter()
+    templates: dict[str, set[str]] = {}
+    for t in trajectories:
+        receipt = t.receipt or {}
+        model = receipt.get("model_id") or None
+        recorded[model] += 1
+        if model is not None and receipt.get("template_hash"):
+            templates.setdefault(model, set()).add(str(receipt["template_hash"]))
+    for model in sorted(m for m in recorded if m is not None):
+        same_template = templates.get(model, {template}) == {template}
+        if model == spec:
+            continue
+        try:
+            other = tokenizer_of(model)
+        except UserError as e:  # a folder or run not here, a served model's name...
+            if not same_template:
+                raise _other_model(
+                    spec,
+                    str(where),
+                    model,
+                    "which cannot be loaded here to compare tokenizers "
+                    f"({e.message}), with another chat template than --model {spec!r}",
+                ) from None
+            warnings.append(
+                f"{where}: its trajectories were sampled by {model!r}, which cannot be loaded "
+                f"here to compare tokenizers; its chat template is that of --model {spec!r}, so "
+                "their tokenizer is taken to be the same"
+            )
+            continue
+        difference = vocabulary_difference(other, tokenizer)
+        if difference is not None:
+            raise _other_model(
+                spec,
+                str(where),
+                model,
+                f"whose tokenizer differs from that of --model {spec!r} ({difference})",
+            )
+        if not same_template:
+            warnings.append(
+                f"{where}: its trajectories were rendered with {model!r}'s chat template, "
+                f"not that of --model {spec!r} (their tokenizer is the same): {spec} learns that "
+                "format"
+            )
+    if recorded[None]:
+        warnings.append(
+            f"{where}: {recorded[None]} of {len(trajectories)} trajectories carry no receipt "
+            "naming the model that sampled them: only that their token ids are within the "
+            f"vocabulary of --model {spec!r} was checked"
+        )
+    size = vocabulary_size(spec, tokenizer)
+    _check_ids(trajectories, size, f"{where}: ", f"the vocabulary of --model {spec!r}", spec)
+    return warnings
+
+
+def _check_ids(
+    trajectories: Sequence[Trajectory], size: int, where: str, whose: str, spec: str | None
+) -> None:
+    """`TokenizerMismatch` at the first trajectory holding a token id >= `size`."""
+    for t in trajectories:
+        top = max(t.token_ids, default=-1)
+        if top >= size:
+            sampled = (t.receipt or {}).get("model_id")
+            by = f" (sampled by {sampled!r})" if sampled else ""
+            redo = f"sample new episodes with {spec}" if spec else "sample new episodes with it"
+            raise TokenizerMismatch(
+                f"{where}episode {t.episode_id or '?'}{by} holds token id {top}, beyond "
+                f"{whose} ({size} ids)",
+                "the trajectories were tokenized for another model: fine-tune the model that "
+                f"sampled them, or {redo}",
+            )
 
 
 @dataclass(frozen=True)
@@ -96,6 +201,11 @@ def sft(
     phase with one tick per micro-batch."""
     if not trajectories:
         raise ValueError("sft: no trajectories to learn from (none successful?)")
+    embedding = model.get_input_embeddings()
+    if embedding is not None:  # an id beyond it would fail deep inside the forward pass
+        _check_ids(
+            trajectories, int(embedding.num_embeddings), "sft: ", "the model's vocabulary", None
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, fused=True)
     device = device_of(model)

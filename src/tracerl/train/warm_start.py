@@ -15,29 +15,40 @@ the format:
 
 Its cost and effect are reported apart from RL: an evaluation right after the warm start is
 the baseline that GRPO has to beat.
+
+A reference that succeeds on no task stops the run with `WarmStartFailed` (two lines, exit
+2 from the command) naming whose failure its episodes were (the environment's, the reward's
+or the reference's own) and their most common fault. Its episodes are set aside under
+``warm_start/failed_<n>/`` (the report and `tracerl triage` still read them), so that
+``--resume``, once the fault is fixed, plays the reference again rather than reuse them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tracerl.config import RunConfig
 from tracerl.envs.parsers import ActionParser
+from tracerl.errors import UserError
 from tracerl.report.progress import QuietProgress
 from tracerl.report.sinks import MetricsLog
 from tracerl.rollout.budget import RolloutConfig
 from tracerl.rollout.episode import ScoreFn
 from tracerl.rollout.groups import RolloutBackend, run_groups
-from tracerl.rollout.persist import EpisodeWriter, done_episodes
+from tracerl.rollout.persist import EpisodeWriter, done_episodes, step_file
 from tracerl.rollout.reference import reference_policy
 from tracerl.rollout.runner import Episode, Policy
+from tracerl.train.futility import fault_of
 from tracerl.train.interrupt import cancellable
-from tracerl.train.metrics import gradient_eligible
+from tracerl.train.metrics import gradient_eligible, owner
 from tracerl.train.sft import sft
+from tracerl.types import Attribution, StopReason
 
 
 def summary_instruction(rollout: RolloutConfig) -> str | None:
@@ -46,6 +57,112 @@ def summary_instruction(rollout: RolloutConfig) -> str | None:
     c = rollout.context
     writes = c.policy == "compact" and c.summarizer.by == "policy"
     return c.summarizer.instruction if writes else None
+
+
+class WarmStartFailed(UserError, RuntimeError):
+    """The reference agent succeeded on none of the warm start's tasks: `owner` is whose
+    failure most of its episodes were, `fault` their most common fault (`fault_of`)."""
+
+    def __init__(
+        self, message: str, hint: str, owner: Attribution | None = None, fault: str = ""
+    ) -> None:
+        super().__init__(message, hint)
+        self.owner, self.fault = owner, fault
+
+
+_WHOSE = {
+    Attribution.ENVIRONMENT: "the environment's failure",
+    Attribution.EVALUATOR: "the evaluator's failure (the reward decided nothing)",
+    Attribution.POLICY: "the reference's own failure in a healthy environment",
+    Attribution.UNKNOWN: "failures nobody can attribute",
+}
+_WHAT_TO_DO = {
+    Attribution.ENVIRONMENT: (
+        "the environment (or a tool server it uses) failed: fix it (`tracerl check-env "
+        "--config {run}/config.yaml` runs one episode; `tracerl triage {run}` lists the "
+        "faults), then continue with --resume: the reference plays again"
+    ),
+    Attribution.EVALUATOR: (
+        "the reward could not score the reference's episodes: fix it (`tracerl triage {run}` "
+        "shows why), then continue with --resume: the reference plays again"
+    ),
+    Attribution.POLICY: (
+        "the environment's check_script does not solve its tasks under the run's reward: "
+        "check it with `tracerl check-env --config {run}/config.yaml`, fix it (or the "
+        "reward), then continue with --resume: the reference plays again"
+    ),
+    Attribution.UNKNOWN: (
+        "`tracerl triage {run}` lists the reference's episodes; fix what failed, then "
+        "continue with --resume: the reference plays again"
+    ),
+}
+
+
+BUDGET_STOPS = frozenset(
+    {
+        StopReason.MAX_STEPS,
+        StopReason.MAX_TOOL_CALLS,
+        StopReason.MAX_TOKENS,
+        StopReason.CONTEXT_OVERFLOW,
+        StopReason.RESERVE_REACHED,
+        StopReason.MARGINAL_GAIN,
+    }
+)
+"""How a reference that plays its script to the end can still stop: its budget ran out."""
+_OUT_OF_BUDGET = (
+    "the reference ran out of its budget before its script ended: give it more "
+    "(rollout.max_turn_tokens, rollout.budgets, rollout.reserve) and start the run again "
+    "under a new name (name=...): a resume keeps the rollout settings"
+)
+
+
+def _episode_fault(e: Episode) -> str:
+    """`fault_of(e)`, with the reward when the episode was the reference's own failure (a
+    wrong answer stops as any answer does)."""
+    fault = fault_of(e)
+    if owner(e) is Attribution.POLICY and e.reward is not None:
+        fault += f", reward {e.reward.total:g}"
+    return fault
+
+
+def no_success(episodes: Sequence[Episode], run_dir: Path) -> WarmStartFailed:
+    """The error for a warm start whose reference succeeded on none of `episodes`: whose
+    failure most were, their most common fault, and what to do about it."""
+    if not episodes:
+        return WarmStartFailed(
+            "warm start: the environment gave no training task for the reference agent to play",
+            "check the environment's train split (`tracerl check-env --config "
+            f"{run_dir}/config.yaml`), or turn the warm start off (warm_start: null)",
+        )
+    owners = Counter(owner(e) for e in episodes)
+    who, count = owners.most_common(1)[0]
+    theirs = [e for e in episodes if owner(e) is who]
+    fault, _ = Counter(_episode_fault(e) for e in theirs).most_common(1)[0]
+    stop, _ = Counter(e.stop_reason for e in theirs).most_common(1)[0]
+    budget = who is Attribution.POLICY and stop in BUDGET_STOPS
+    return WarmStartFailed(
+        f"warm start: the reference agent succeeded on none of {len(episodes)} tasks "
+        f"({count} of {len(episodes)} were {_WHOSE[who]}: {fault})",
+        (_OUT_OF_BUDGET if budget else _WHAT_TO_DO[who]).format(run=run_dir),
+        who,
+        fault,
+    )
+
+
+def set_aside(run_dir: Path) -> Path | None:
+    """Move the warm start's episode file to ``warm_start/failed_<n>/`` (the first `n` free):
+    kept for the report and triage, no longer reused by a resumed warm start. Its new path
+    (None: nothing was written)."""
+    path = step_file(run_dir / "warm_start", 0)
+    if not path.exists():
+        return None
+    n = 1
+    while (run_dir / "warm_start" / f"failed_{n}").exists():
+        n += 1
+    target = step_file(run_dir / "warm_start" / f"failed_{n}", 0)
+    target.parent.mkdir(parents=True)
+    os.replace(path, target)
+    return target
 
 
 def warm_start(
@@ -94,10 +211,9 @@ def warm_start(
     episodes = [g[0] for g in groups]
     kept = [e for e in episodes if gradient_eligible(e) and e.reward and e.reward.succeeded]
     if not kept:
-        raise RuntimeError(
-            f"warm start: the reference agent succeeded on none of {len(episodes)} tasks; "
-            "check the environment's check_script with `tracerl check-env`"
-        )
+        error = no_success(episodes, run_dir)
+        set_aside(run_dir)  # a resume plays the reference again, once the fault is fixed
+        raise error
     result = sft(
         bundle.model,
         [t for e in kept for t in e.trajectories],

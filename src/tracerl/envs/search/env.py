@@ -19,6 +19,7 @@ repeated or useless search), which feeds the ledger and its marginal-gain stop.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from typing import Any
 
@@ -29,6 +30,7 @@ from tracerl.envs.parsers import Action
 from tracerl.envs.search import tasks as task_sets
 from tracerl.envs.search.corpus import Corpus, load_corpus
 from tracerl.envs.search.index import BM25Index, Hit
+from tracerl.envs.search.task_files import load_tasks
 from tracerl.envs.tools import PolicyError, ToolResult, tool
 from tracerl.rewards.components import SEARCH_REWARD
 from tracerl.types import FaultKind, ToolCall
@@ -87,6 +89,7 @@ class SearchEnv(ToolEnv):
         retriever_timeout_s: float = 5.0,
         side_effect_guard: str = "dry_run",
         max_hops: int | None = None,
+        tasks: str | dict[str, str] | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"search env: protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -98,7 +101,12 @@ class SearchEnv(ToolEnv):
             snippet_chars,
         )
         self.corpus = load_corpus(corpus)
-        self.splits = task_sets.splits_of(corpus)
+        self.task_files = None if tasks is None else load_tasks(tasks)
+        """Questions from a file (`tracerl.envs.search.task_files`), by split; None: the
+        corpus's generated questions."""
+        self.splits = (
+            task_sets.splits_of(corpus) if self.task_files is None else tuple(self.task_files)
+        )
         self.max_hops = max_hops
         """Only questions of at most this many hops (None: all) are sampled."""
         # "bm25": the in-process index; "http://host:port": a Search-R1 retrieval server
@@ -211,10 +219,26 @@ class SearchEnv(ToolEnv):
         return StepResult([], terminated=True, info={"answer": self.answer})
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-        return task_sets.sample(self.corpus_name, split, n, seed, max_hops=self.max_hops)
+        if self.task_files is None:
+            return task_sets.sample(self.corpus_name, split, n, seed, max_hops=self.max_hops)
+        if split not in self.task_files:
+            raise KeyError(
+                f"unknown split {split!r}; the task files': {', '.join(self.task_files)}"
+            )
+        pool = [
+            q
+            for q in self.task_files[split]
+            if self.max_hops is None or q.get("hops", 1) <= self.max_hops
+        ]
+        rng = random.Random(f"tasks:{split}:{seed}")
+        return [dict(q) for q in rng.sample(pool, min(n, len(pool)))]
 
     def check_script(self, task: dict[str, Any]) -> list[Action]:
-        actions = oracle_actions(self.corpus, task)
+        gold = task.get("gold_docs") or []
+        if not gold or any(self.corpus.get(d) is None for d in gold):
+            actions = question_actions(task)  # a task from a file may name no gold document
+        else:
+            actions = oracle_actions(self.corpus, task)
         if self.protocol == "search_r1":  # the answer is a tag, not a tool call (no citations)
             actions[-1] = Action(text="", answer=task["answers"][0])
         return actions
@@ -235,6 +259,15 @@ def oracle_actions(corpus: Corpus, task: dict[str, Any]) -> list[Action]:
     answer = ToolCall(f"call_{len(actions)}_0", "answer", {"text": gold, "citations": [cite]})
     actions.append(Action(text="", tool_calls=(answer,)))
     return actions
+
+
+def question_actions(task: dict[str, Any]) -> list[Action]:
+    """The reference for a task whose gold documents the corpus does not hold (a dataset made
+    for another corpus, or one that names none): one search with the question itself, then
+    the gold answer, citing nothing."""
+    search = ToolCall("call_0_0", "search", {"query": task["question"], "k": 3})
+    answer = ToolCall("call_1_0", "answer", {"text": task["answers"][0], "citations": []})
+    return [Action(text="", tool_calls=(search,)), Action(text="", tool_calls=(answer,))]
 
 
 def _sentences(text: str) -> list[str]:
