@@ -58,9 +58,12 @@ def test_the_parser_is_the_runs_never_the_name(tmp_path):
     assert parser_for_model(f"run:{run}@4").name == "hermes"  # the run trained with it
     assert parser_for_model(str(run / "checkpoints" / "step_7")).name == "hermes"
     # a base that names no parser: a run called "qwen-..." is not taken for a Qwen
-    folder = tmp_path / "some-model"
+    folder = tmp_path / "some-model"  # the files a model folder has (nothing here loads it)
     folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text('{"model_type": "mystery"}')
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     named = tmp_path / "qwen-run"
     shutil.copytree(run, named)
     (named / "config.yaml").write_text(f"model: {{spec: 'hf:{folder}'}}\n")
