@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.command import run_tracerl
 from tests.ownpkg import write_package, write_rows
 
 BASE = {
@@ -316,12 +317,7 @@ CASES = {
 
 
 def _tracerl(args: list[str], cwd: Path, cache: Path, *extra: str):
-    env = {**os.environ, "TRACERL_CACHE": str(cache)}
-    env.pop("TRACERL_DEBUG", None)
-    exe = Path(sys.executable).with_name("tracerl")
-    return subprocess.run(
-        [str(exe), *extra, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_tracerl([*extra, *args], cwd, cache)
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:

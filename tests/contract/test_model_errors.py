@@ -7,24 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.command import run_tracerl
 from tracerl.jsonl import dumps
 
 
 def _tracerl(args: list[str], cwd: Path, cache: Path):
-    env = {**os.environ, "TRACERL_CACHE": str(cache)}
-    env.pop("TRACERL_DEBUG", None)
-    exe = Path(sys.executable).with_name("tracerl")
-    return subprocess.run(
-        [str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_tracerl(args, cwd, cache)
 
 
 def _two_lines(r, first: str, second: str) -> list[str]:

@@ -6,13 +6,13 @@ that is not there, a vLLM Python without vllm."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.command import run_tracerl
 
 SMALL = ["trainer.steps=1", "trainer.group_size=2", "env.tasks_per_step=1", "env.eval_tasks=2"]
 
@@ -63,16 +63,12 @@ CASES = {
 def test_a_scaleout_mistake_is_two_lines_exit_2_and_writes_nothing(case, tmp_path):
     overrides, environment, first, hint = CASES[case]
     runs = tmp_path / "runs"
-    env = {**os.environ, "TRACERL_CACHE": str(tmp_path / "cache"), **environment}
-    env.pop("TRACERL_DEBUG", None)
-    exe = Path(sys.executable).with_name("tracerl")
     args = ["train", "configs/learn-arithmetic.yaml", *SMALL, *overrides]
-    r = subprocess.run(
-        [str(exe), *args, "name=scaleout", f"out_dir={runs}"],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
+    r = run_tracerl(
+        [*args, "name=scaleout", f"out_dir={runs}"],
+        Path(__file__).resolve().parents[2],
+        tmp_path / "cache",
+        env=environment,
         timeout=120,
     )
     lines = r.stderr.strip().splitlines()

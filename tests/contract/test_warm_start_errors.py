@@ -6,12 +6,10 @@ once the environment is fixed, plays the reference again and trains."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
+
+from tests.command import run_tracerl
 
 ENV = """
 from tracerl.envs.arithmetic import Arithmetic
@@ -48,17 +46,7 @@ def test_a_warm_start_the_environment_failed_is_two_lines_and_resumes(tmp_path, 
     (tmp_path / "dbenv.py").write_text(ENV)
     config = tmp_path / "warm.yaml"
     config.write_text(yaml.safe_dump({**CONFIG, "out_dir": str(tmp_path / "runs")}))
-    env = {**os.environ, "TRACERL_CACHE": str(tmp_path / "cache")}
-    env.pop("TRACERL_DEBUG", None)
-    exe = Path(sys.executable).with_name("tracerl")
-    r = subprocess.run(
-        [str(exe), "train", str(config)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = run_tracerl(["train", str(config)], tmp_path, tmp_path / "cache")
     lines = [x for x in r.stderr.splitlines() if x.strip()]  # progress goes to stdout
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout, r.stderr

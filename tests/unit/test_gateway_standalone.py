@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.command import TRACERL, run_tracerl
 from tracerl.config.run import AgentConfig
 from tracerl.envs.parsers import get_parser
 from tracerl.errors import UserError
@@ -34,7 +34,6 @@ from tracerl.rollout.runner import Policy
 from tracerl.rollout.sampler import ScriptedSampler
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACERL = Path(sys.executable).with_name("tracerl")
 PYTHONPATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 """`tests.agents` importable from any working directory."""
 
@@ -45,11 +44,7 @@ def bundle():
 
 
 def _tracerl(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRACERL_CACHE": str(cache), "PYTHONPATH": PYTHONPATH}
-    env.pop("TRACERL_DEBUG", None)
-    return subprocess.run(
-        [str(TRACERL), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_tracerl(args, cwd, cache, env={"PYTHONPATH": PYTHONPATH})
 
 
 def _nothing_loaded(cache: Path) -> bool:

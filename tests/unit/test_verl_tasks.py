@@ -6,15 +6,13 @@ environment trains on a task file (``env.kwargs.tasks``), one per split if need 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.command import run_tracerl
 from tracerl.envs import make
 from tracerl.envs.search import tasks as task_sets
 from tracerl.envs.search.task_files import load_tasks
@@ -129,12 +127,7 @@ def test_a_config_whose_task_file_has_a_bad_row_is_two_lines_and_writes_nothing(
         "model.spec=tiny-chars",
         f"out_dir={tmp_path / 'runs'}",
     ]
-    env = {**os.environ, "TRACERL_CACHE": str(tmp_path / "cache")}
-    env.pop("TRACERL_DEBUG", None)
-    exe = Path(sys.executable).with_name("tracerl")
-    r = subprocess.run(
-        [str(exe), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    r = run_tracerl(args, tmp_path, tmp_path / "cache")
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout, r.stderr
     assert len(lines) == 2, r.stderr

@@ -18,13 +18,14 @@ refused with `DatasetError` naming the file, the row and the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from tracerl.envs.search.verl import DatasetError, import_parquet
+from tracerl.jsonl import json_objects
+from tracerl.types import TrajectoryError
 
 TaskSource = str | Mapping[str, str]
 """A task file, or a task file per split."""
@@ -81,37 +82,31 @@ def _read_file(resolved: str, given: str, mtime_ns: int, size: int) -> tuple[dic
 
 
 def _jsonl_tasks(path: Path, given: str) -> list[dict[str, Any]]:
-    tasks = []
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{given}:{n}"
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise DatasetError(f"{where}: not JSON ({e})", _HINT) from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{where}: a {type(row).__name__}, not a task object", _HINT)
-            question, answers = row.get("question"), row.get("answers")
-            if not isinstance(question, str) or not question.strip():
-                raise DatasetError(f"{where}: question is {question!r}, not text", _HINT)
-            if isinstance(answers, str):
-                answers = [answers]
-            if (
-                not isinstance(answers, list)
-                or not answers
-                or not all(isinstance(a, str) for a in answers)
-            ):
-                raise DatasetError(
-                    f"{where}: answers is {row.get('answers')!r}, not a list of strings", _HINT
-                )
-            gold = row.get("gold_docs", [])
-            if not isinstance(gold, list) or not all(isinstance(d, str) for d in gold):
-                raise DatasetError(
-                    f"{where}: gold_docs is {gold!r}, not a list of document ids", _HINT
-                )
-            task = {**row, "answers": answers, "gold_docs": gold}
-            task["id"] = str(row.get("id") or f"{path.stem}:{n}")
-            tasks.append(task)
+        try:
+            rows = list(json_objects(f, given))
+        except TrajectoryError as e:  # not JSON, or not an object: the line named
+            raise DatasetError(str(e), _HINT) from None
+    tasks = []
+    for where, row in rows:
+        question, answers = row.get("question"), row.get("answers")
+        if not isinstance(question, str) or not question.strip():
+            raise DatasetError(f"{where}: question is {question!r}, not text", _HINT)
+        if isinstance(answers, str):
+            answers = [answers]
+        if (
+            not isinstance(answers, list)
+            or not answers
+            or not all(isinstance(a, str) for a in answers)
+        ):
+            raise DatasetError(
+                f"{where}: answers is {row.get('answers')!r}, not a list of strings", _HINT
+            )
+        gold = row.get("gold_docs", [])
+        if not isinstance(gold, list) or not all(isinstance(d, str) for d in gold):
+            raise DatasetError(f"{where}: gold_docs is {gold!r}, not a list of document ids", _HINT)
+        task = {**row, "answers": answers, "gold_docs": gold}
+        line = where.rsplit(":", 1)[1]
+        task["id"] = str(row.get("id") or f"{path.stem}:{line}")
+        tasks.append(task)
     return tasks
