@@ -147,10 +147,9 @@ def serve_retriever(
     try:  # taken since port_free looked: the same two lines
         server = RetrievalServer(docs, host, port)
     except OSError as e:
-        raise fail(
-            f"port {port} on {host} is in use or not allowed ({e.strerror or e})",
-            "pick another with --port (or stop what listens there)",
-        ) from None
+        from tracerl.gateway.ports import port_error
+
+        raise port_error(host, port, e) from None
     console.print(f"serving {len(docs)} documents of {corpus} at {server.url}/retrieve")
     server.serve_forever()
 
