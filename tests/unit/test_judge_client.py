@@ -161,3 +161,18 @@ def test_tracerl_serve_at_temperature_0_answers_a_judge_greedily(tiny):
         assert first.text == second.text and first.completion_tokens >= 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("given", ["{root}", "{root}/", "{root}/v1", "{root}/v1/"])
+def test_the_server_root_and_the_sdks_base_url_reach_the_same_route(server, given):
+    url, script = server
+    root = url.removesuffix("/v1")
+    judged = Judge(RUBRIC, OpenAIJudgeClient(given.format(root=root), "m")).verdict("t", "a")
+    assert judged.verdict.raw == 10 and script.requests[0][0] == "/v1/chat/completions"
+
+
+def test_a_providers_base_url_with_its_own_path_is_kept(server):
+    url, script = server
+    root = url.removesuffix("/v1")
+    Judge(RUBRIC, OpenAIJudgeClient(root + "/api/v1beta/openai", "m")).verdict("t", "a")
+    assert script.requests[0][0] == "/api/v1beta/openai/chat/completions"

@@ -11,9 +11,10 @@ run's sampling temperature (``model.temperature``: the student's were recorded a
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tracerl.config.base import _Config
+from tracerl.rollout.backend_config import openai_base_url
 
 
 class TeacherServer(_Config):
@@ -21,7 +22,14 @@ class TeacherServer(_Config):
     log-probs for given token ids (vLLM's ``prompt_logprobs``; ``tracerl serve`` too)."""
 
     base_url: str
-    """The server's OpenAI base URL (``http://127.0.0.1:8000/v1``)."""
+    """The server's OpenAI base URL (``http://127.0.0.1:8000/v1``; a bare
+    ``http://127.0.0.1:8000`` gets ``/v1``)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _a_server(cls, url: str) -> str:
+        return openai_base_url(url)
+
     model: str
     """The served model's name, as the server lists it (``/v1/models``)."""
     api_key_env: str | None = None

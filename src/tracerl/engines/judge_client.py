@@ -1,7 +1,8 @@
 """The judge's side of the wire: an OpenAI-compatible chat endpoint (vLLM, `tracerl serve`'s
 OpenAI-compatible servers, SGLang, a hosted API), as a `tracerl.rewards.judge.JudgeClient`.
 
-``base_url`` is what the OpenAI SDK calls it (``http://host:8000/v1``); the request is a
+``base_url`` is what the OpenAI SDK calls it (``http://host:8000/v1``; a bare server root
+gets ``/v1``, `tracerl.rollout.backend_config.openai_base_url`); the request is a
 ``POST {base_url}/chat/completions`` at temperature 0 (``temperature``; None sends none,
 for a server that samples at a temperature of its own). The API key comes from the
 environment variable the config names (``api_key_env``), never from the config itself, so
@@ -20,6 +21,7 @@ import httpx
 
 from tracerl.errors import UserError
 from tracerl.rewards.judge import JudgeReply, JudgeUnavailable
+from tracerl.rollout.backend_config import openai_base_url
 
 
 def bearer_headers(api_key_env: str | None, who: str) -> dict[str, str]:
@@ -48,7 +50,7 @@ class OpenAIJudgeClient:
         max_tokens: int = 256,
         temperature: float | None = 0.0,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = openai_base_url(base_url) + "/chat/completions"
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature

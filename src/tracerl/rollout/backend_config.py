@@ -30,6 +30,17 @@ def server_root(url: str) -> str:
     return root
 
 
+def openai_base_url(url: str) -> str:
+    """The OpenAI SDK's ``base_url`` for a server at `url`, the routes (``/chat/completions``,
+    ``/completions``) appended to it: a bare server root (``http://host:8000``) gets
+    ``/v1``; a URL with a path (``http://host:8000/v1``, a provider's
+    ``https://host/api/v1`` or ``.../v1beta/openai``) is kept as given (trailing slashes
+    ignored). A `ValueError` for a URL that is not http(s) with a host."""
+    base = url.strip().rstrip("/")
+    server_root(base)  # the same check of scheme, host and port
+    return base + "/v1" if not urlsplit(base).path else base
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 

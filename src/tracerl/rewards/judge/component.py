@@ -73,7 +73,8 @@ class JudgeParams(BaseModel):
     model: str
     """The judge model's name, as the endpoint knows it (part of the cache key)."""
     base_url: str | None = None
-    """The endpoint, as the OpenAI SDK calls it: ``http://host:8000/v1``."""
+    """The endpoint, as the OpenAI SDK calls it: ``http://host:8000/v1`` (a bare
+    ``http://host:8000`` gets ``/v1``; a URL with another path is kept as given)."""
 
     @field_validator("base_url")
     @classmethod

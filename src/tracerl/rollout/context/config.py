@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tracerl.rollout.backend_config import openai_base_url
 
 SUMMARY_INSTRUCTION = (
     "Your context is full and will be cleared. Write a short summary to continue from: "
@@ -35,7 +37,14 @@ class SummarizerConfig(_Config):
     """``function``: ``module:function`` taking the conversation's messages (a list of
     ``{"role", "content"}``) and returning the summary (a str, or an awaitable of one)."""
     base_url: str | None = None
-    """``endpoint``: the server's base URL (``http://host:port/v1``)."""
+    """``endpoint``: the server's OpenAI base URL (``http://host:port/v1``; a bare
+    ``http://host:port`` gets ``/v1``)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _a_server(cls, url: str | None) -> str | None:
+        return None if url is None else openai_base_url(url)
+
     model: str | None = None
     """``endpoint``: the model name sent in the request."""
     api_key_env: str | None = None

@@ -10,6 +10,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from tracerl.rollout.backend_config import openai_base_url
 from tracerl.rollout.context.config import SummarizerConfig
 
 Summarize = Callable[[list[dict[str, str]]], Awaitable[str]]
@@ -76,7 +77,7 @@ def _bounded(summarize: Summarize, timeout_s: float) -> Summarize:
 def _endpoint(cfg: SummarizerConfig) -> Summarize:
     import httpx
 
-    url = (cfg.base_url or "").rstrip("/") + "/chat/completions"
+    url = openai_base_url(cfg.base_url or "") + "/chat/completions"
     key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
 

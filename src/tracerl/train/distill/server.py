@@ -27,6 +27,7 @@ import httpx
 
 from tracerl.engines.judge_client import bearer_headers
 from tracerl.errors import UserError
+from tracerl.rollout.backend_config import openai_base_url
 from tracerl.types import Trajectory
 
 RETRYABLE = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError)
@@ -53,7 +54,7 @@ class ServerTeacher:
         """`tokenizer`: the student's, to check the server reads the ids as it does.
         `folded`: the server's model has this temperature folded into its logits
         (`tracerl.train.distill.folded`): it is asked at 1, and only at this temperature."""
-        self.url = base_url.rstrip("/") + "/completions"
+        self.url = openai_base_url(base_url) + "/completions"
         self.model = model
         self.retries, self.sleep = retries, sleep
         headers = bearer_headers(api_key_env, "trainer.distill.server")
