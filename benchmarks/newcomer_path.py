@@ -205,7 +205,8 @@ def serve_vllm(project: Path, tasks: list, ran: dict, log: Path) -> dict:
     fp32 eval), through its OpenAI-compatible chat endpoint."""
     from transformers import AutoTokenizer
 
-    from tracerl.engines.vllm import ServerSettings, VLLMServer, find_vllm_python
+    from tracerl.engines.vllm import ServerSettings, VLLMServer
+    from tracerl.engines.vllm_python import find_vllm_python
 
     serve = serving()
     folder = project / "my-policy"

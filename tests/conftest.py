@@ -150,7 +150,7 @@ def vllm_python() -> str:
     """The Python that runs vLLM (`.venv-vllm`, made by `make vllm`). Without one the test
     is skipped, or fails where ``TRACERL_REQUIRE_VLLM`` says vLLM must be there
     (`make test`)."""
-    from tracerl.engines.vllm import EngineError, find_vllm_python
+    from tracerl.engines.vllm_python import EngineError, find_vllm_python
 
     try:
         return find_vllm_python()

@@ -30,7 +30,7 @@ from tracerl.config import RunConfig
 from tracerl.config.loading import load_config
 from tracerl.engines import open_engine
 from tracerl.engines.guard import group_alive
-from tracerl.engines.vllm import EngineError
+from tracerl.engines.vllm_python import EngineError
 from tracerl.envs import get_parser
 from tracerl.models import load
 from tracerl.rollout.budget import Budgets, RolloutConfig

@@ -18,13 +18,8 @@ import pytest
 
 from tracerl.config import RunConfig
 from tracerl.engines.guard import group_alive
-from tracerl.engines.vllm import (
-    SOCKET_PATH_MAX,
-    EngineError,
-    find_vllm_python,
-    served_name,
-    server_tmpdir,
-)
+from tracerl.engines.vllm import SOCKET_PATH_MAX, served_name, server_tmpdir
+from tracerl.engines.vllm_python import EngineError, find_vllm_python
 
 # a "server" of three processes: the shell and two children that would outlive it
 SERVER = ["bash", "-c", "sleep 300 & sleep 300 & wait"]

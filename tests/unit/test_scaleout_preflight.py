@@ -20,7 +20,7 @@ import pytest
 
 from tracerl.config import ConfigError, RolloutBackendConfig
 from tracerl.config.loading import load_config
-from tracerl.engines.vllm import EngineError, check_vllm_python, find_vllm_python
+from tracerl.engines.vllm_python import EngineError, check_vllm_python, find_vllm_python
 from tracerl.errors import UserError
 from tracerl.preflight import prepare, reach
 from tracerl.rollout import ray_workers as rw

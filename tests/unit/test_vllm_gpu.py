@@ -18,7 +18,8 @@ import torch
 import tracerl.engines as engines
 from tracerl.config import RunConfig
 from tracerl.engines import HFEngine, VLLMEngine
-from tracerl.engines.vllm import IpcWeightSync, ServerSettings, VLLMServer, visible_gpu
+from tracerl.engines.vllm import ServerSettings, VLLMServer, visible_gpu
+from tracerl.engines.vllm_weights import IpcWeightSync
 from tracerl.envs import get_parser, make
 from tracerl.rollout import ScriptedSampler
 from tracerl.rollout.budget import Budgets, RetryPolicy, RolloutConfig
@@ -179,11 +180,11 @@ class Requests:
 
     def __init__(self, monkeypatch, log: list):
         self.log = log
-        import tracerl.engines.vllm as vllm_module
+        import tracerl.engines.vllm_weights as vllm_weights
         import tracerl.rollout.weight_sync as weight_sync
 
         monkeypatch.setattr(weight_sync, "post", self)
-        monkeypatch.setattr(vllm_module, "post", self)
+        monkeypatch.setattr(vllm_weights, "post", self)
 
     def __call__(self, url, body, timeout_s, *, missing_route=""):
         self.log.append((url.removeprefix("http://server"), body))
@@ -361,16 +362,16 @@ def test_ipc_weight_sync_resumes_the_server_when_the_update_fails(tiny, monkeypa
         if url.endswith("/update_weights"):
             raise RuntimeError("weight sync: HTTP 500")
 
-    import tracerl.engines.vllm as vllm_module
+    import tracerl.engines.vllm_weights as vllm_weights
 
-    monkeypatch.setattr(vllm_module, "post", failing)
+    monkeypatch.setattr(vllm_weights, "post", failing)
     with pytest.raises(RuntimeError, match="500"):
         IpcWeightSync("http://server", "float32", share=_fake_share).push(tiny.model, 1)
     assert requests.routes[-1] == "/resume"
 
 
 def test_ipc_needs_the_weights_on_a_gpu():
-    from tracerl.engines.vllm import cuda_ipc_handle
+    from tracerl.engines.vllm_weights import cuda_ipc_handle
 
     with pytest.raises(RuntimeError, match="weight_sync=files"):
         cuda_ipc_handle(torch.zeros(2))

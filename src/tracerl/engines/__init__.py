@@ -75,9 +75,9 @@ class VLLMEngine:
             GPU_MEMORY_UTILIZATION,
             ServerSettings,
             VLLMServer,
-            find_vllm_python,
             served_name,
         )
+        from tracerl.engines.vllm_python import find_vllm_python
         from tracerl.rollout.remote import RemoteSampler
 
         v, r = cfg.model.vllm, cfg.trainer.rollout
@@ -148,7 +148,7 @@ class VLLMEngine:
         )
 
     def _connect(self, url: str) -> None:
-        from tracerl.engines.vllm import FullWeightSync, IpcWeightSync
+        from tracerl.engines.vllm_weights import FullWeightSync, IpcWeightSync
         from tracerl.rollout.weight_sync import LoraAdapterSync
 
         self.url = url

