@@ -1,7 +1,8 @@
 """An export served by others sees the prompts its run trained on: plain transformers'
 ``apply_chat_template(messages, tools=...)`` on the folder, `load("hf:...")`'s renderer and a
 vLLM server on the folder (``/tokenize`` with ``tools``) give the run's own prompt ids for its
-held-out episodes, and the folder's weights their recorded log-probs; its
+held-out episodes, and the folder's weights their recorded log-probs; the vLLM engine of a
+run on ``model.spec: hf:OUT`` serves the folder itself and samples what its weights say; its
 ``generation_config.json`` stops where the run stopped; its model card says what the run
 was; its vLLM tool-parser plugin reads the calls the model writes.
 
@@ -10,6 +11,7 @@ not render tools: the renderer writes them) on the search environment's tools.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -18,10 +20,14 @@ import httpx
 import pytest
 import torch
 
+from tracerl.config import RunConfig
 from tracerl.config.loading import load_config
+from tracerl.engines import open_engine
 from tracerl.envs.parsers import get_parser
 from tracerl.models import load
 from tracerl.rollout.persist import read_step_file
+from tracerl.rollout.runner import Policy
+from tracerl.rollout.sampler import SampleRequest
 from tracerl.train.export import export_run
 from tracerl.train.logprobs import token_logprobs
 from tracerl.train.loop import train
@@ -157,8 +163,6 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_vllm_serves_the_runs_prompts_and_its_plugin_reads_the_calls(vllm_python, tmp_path):
-    from tracerl.engines.vllm import ServerSettings, VLLMServer
-
     run, out, _ = _trained_export(tmp_path, "tiny-random-hd64")  # heads vLLM's CPU runs
     calls = [("search", {"query": "Ada é"}), ("open", {"doc_id": "d1"})]
     call_text = get_parser("json_list").format_calls(calls)
@@ -189,39 +193,56 @@ def test_vllm_serves_the_runs_prompts_and_its_plugin_reads_the_calls(vllm_python
         "--tool-parser-plugin",
         str(out / "tracerl_tool_parser.py"),
     ]
-    settings = ServerSettings(
-        python=vllm_python,
-        kv_cache_gb=0.25,
-        max_model_len=1024,
-        executor="uni",
-        extra_args=("--enforce-eager", *plugin, "--tool-call-parser", "tracerl_json_list"),
-    )
-    server = VLLMServer(out, "exported", settings, tmp_path / "vllm.log")
-    url = server.start()
+    # served as a run serves `model.spec: hf:OUT` with `model.engine: vllm`: the engine
+    # hands the server the exported folder itself, which samples what its weights say
+    vllm = {
+        "python": vllm_python,
+        "kv_cache_gb": 0.25,
+        "max_model_len": 1024,
+        "executor": "uni",
+        "extra_args": ["--enforce-eager", *plugin, "--tool-call-parser", "tracerl_json_list"],
+    }
+    served = RunConfig(model={"spec": f"hf:{out}", "engine": "vllm", "vllm": vllm})
+    exported = load(f"hf:{out}")
+    policy = Policy.from_bundle(exported, None, get_parser("json_list"))
     base = load("tiny-random-hd64")
-    try:
-        for t in _held_out(run):
-            messages, tools, want = _start(t)
-            body = {
-                "model": "exported",
-                "messages": messages,
-                "tools": tools,
-                "add_generation_prompt": True,
-            }
-            r = httpx.post(f"{url}/tokenize", json=body, timeout=60)
-            assert r.status_code == 200, r.text
-            assert r.json()["tokens"] == want
-            # a turn with calls, sent back as OpenAI tool_calls, renders as the run's would
-            reply = {"role": "assistant", "content": "", "tool_calls": [
-                {"id": f"c{i}", "type": "function",
-                 "function": {"name": n, "arguments": json.dumps(a)}}
-                for i, (n, a) in enumerate(calls)
-            ]}  # fmt: skip
-            result = {"role": "tool", "tool_call_id": "c0", "content": "found"}
-            body["messages"] = [*messages, reply, result]
-            r = httpx.post(f"{url}/tokenize", json=body, timeout=60)
-            ran = [*messages, {"role": "assistant", "content": call_text}, result]
-            text = base.renderer.render_text(ran, tools, add_generation_prompt=True)
-            assert r.json()["tokens"] == base.tokenizer(text, add_special_tokens=False)["input_ids"]
-    finally:
-        server.stop()
+    with open_engine(served, exported, policy, tmp_path / "serve", log=lambda _: None) as e:
+        request = SampleRequest((1, 42, 7, 99, 5), 8, frozenset(), seed=3)
+        answer = asyncio.run(e.sampler.sample(request))
+        _tokenizes_as_the_run(e.url, e.name, run, calls, call_text, base)
+    assert str(out) in (tmp_path / "serve" / "engine" / "vllm.log").read_text()  # not a copy
+    ids = torch.tensor([[*request.prompt_ids, *answer.token_ids]])
+    with torch.no_grad():
+        mine = token_logprobs(exported.model, ids, torch.ones_like(ids), temperature=1.0)
+    mine = mine[0, len(request.prompt_ids) :].tolist()
+    assert answer.token_ids  # a bf16 server, fp32 here
+    assert max(abs(x - y) for x, y in zip(answer.logprobs, mine, strict=True)) < 0.05
+
+
+def _tokenizes_as_the_run(url, name, run, calls, call_text, base) -> None:
+    """The server's ``/tokenize`` of each held-out episode's start (its tools in the chat
+    template) is the run's prompt, and a turn with calls sent back as OpenAI ``tool_calls``
+    renders as the run rendered it."""
+    for t in _held_out(run):
+        messages, tools, want = _start(t)
+        body = {
+            "model": name,
+            "messages": messages,
+            "tools": tools,
+            "add_generation_prompt": True,
+        }
+        r = httpx.post(f"{url}/tokenize", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == want
+        # a turn with calls, sent back as OpenAI tool_calls, renders as the run's would
+        reply = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, (n, a) in enumerate(calls)
+        ]}  # fmt: skip
+        result = {"role": "tool", "tool_call_id": "c0", "content": "found"}
+        body["messages"] = [*messages, reply, result]
+        r = httpx.post(f"{url}/tokenize", json=body, timeout=60)
+        ran = [*messages, {"role": "assistant", "content": call_text}, result]
+        text = base.renderer.render_text(ran, tools, add_generation_prompt=True)
+        assert r.json()["tokens"] == base.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -455,27 +455,6 @@ def test_eval_and_readiness_sample_on_the_vllm_server(tmp_path, monkeypatch):
     assert r.check("headroom").numbers["pass_at_1"] < 0.5
 
 
-def test_an_exported_run_is_served_by_the_vllm_engine_as_is(tmp_path):
-    """`tracerl export`'s folder is what `model.spec: hf:DIR` with `model.engine: vllm`
-    serves: the server loads the folder itself and samples what its weights say."""
-    from tracerl.train.export import export_run
-
-    cfg = _config(tmp_path, "trainer.steps=1", "model.engine=hf")  # trained in process
-    train(cfg, log=lambda line: None)
-    out = tmp_path / "exported"
-    export_run(cfg.run_dir, out)
-    served = RunConfig(model={"spec": f"hf:{out}", "engine": "vllm", "vllm": ONE})
-    bundle = load(f"hf:{out}")
-    policy = Policy.from_bundle(bundle, None, get_parser("json_list"))
-    with open_engine(served, bundle, policy, tmp_path / "serve", log=lambda line: None) as e:
-        request = SampleRequest((1, 42, 7, 99, 5), 8, frozenset(), seed=3)
-        answer = asyncio.run(e.sampler.sample(request))
-    log = (tmp_path / "serve" / "engine" / "vllm.log").read_text()
-    assert str(out) in log  # the exported folder itself, not a copy tracerl wrote
-    mine = _learner_logprobs(bundle.model, list(request.prompt_ids), answer.token_ids, 1.0)
-    assert answer.token_ids and _gap(answer.logprobs, mine) < 0.05  # bf16 server, fp32 here
-
-
 def test_a_server_that_cannot_start_is_a_clear_error_with_its_log(tmp_path):
     cfg = _config(tmp_path, "trainer.steps=1", "model.vllm.extra_args=[--no-such-flag]")
     with pytest.raises(EngineError, match="exited while starting") as info:
