@@ -8,6 +8,8 @@ Command modules import this and lower layers only, never each other.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import inspect
 import os
 import types
@@ -116,6 +118,20 @@ def _print_version(wanted: bool) -> None:
         raise typer.Exit()
 
 
+def _collect_once_then_freeze() -> None:
+    """At exit: collect what is garbage now (its finalizers run, as they would have), then
+    freeze the heap, so that the interpreter's own collections while it shuts down skip the
+    millions of objects torch and transformers leave behind: ~2 s less at the end of every
+    command that loaded a model (1.8-2.7 s -> 0.7 s with tiny-random on this machine's CPU).
+    What must happen at exit is done explicitly (context managers, `atexit`), never left to
+    a finalizer during shutdown, which Python does not promise to run."""
+    gc.collect()
+    gc.freeze()
+
+
+_exit_hook: list[bool] = []
+
+
 def options(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show the traceback of any error.")
@@ -131,6 +147,9 @@ def options(
     # (no docstring: a callback's docstring would become the app's help)
     if debug:
         tracebacks[0] = True
+    if not _exit_hook:  # once per process (a test's CliRunner calls this again and again)
+        atexit.register(_collect_once_then_freeze)
+        _exit_hook.append(True)
 
 
 def configs_here() -> list[Path]:
