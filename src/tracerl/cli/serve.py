@@ -85,8 +85,9 @@ def gateway_command(
         str | None, typer.Option(help="tool-call parser (default: the model family's)")
     ] = None,
 ) -> None:
-    """Serve the OpenAI chat-completions API over a model, recording every session's tokens
-    with their authors (sessions end into OUT as episodes)."""
+    """Serve a model over the OpenAI Chat Completions and Responses APIs and Anthropic's
+    Messages API, recording every session's tokens with their authors (sessions end into OUT
+    as episodes)."""
     from tracerl.cli.common import port_free
     from tracerl.gateway.standalone import run_gateway
 

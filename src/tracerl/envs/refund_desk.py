@@ -160,7 +160,7 @@ class RefundDesk(ToolEnv):
         return dict(self.refunds)
 
     def sample_tasks(self, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-        """Train tasks use even-numbered orders, test tasks odd ones."""
+        """Train tasks use odd-numbered orders, test tasks even ones."""
         parity = {"train": 1, "test": 0}.get(split)
         if parity is None:
             raise ValueError(f"refund_desk: split must be 'train' or 'test', got {split!r}")

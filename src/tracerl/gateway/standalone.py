@@ -40,7 +40,8 @@ def run_gateway(
     parser: str | None = None,
     log: Callable[[str], None] = print,
 ) -> None:
-    """Serve the OpenAI chat-completions API over model spec `model` until SIGINT or SIGTERM,
+    """Serve model spec `model` over the gateway's APIs (OpenAI Chat Completions and
+    Responses, Anthropic Messages) until SIGINT or SIGTERM,
     recording every session's tokens with their authors; ended sessions (and, at the end,
     every open one) are written into `out` as episodes. `log` is told the URL and where the
     sessions went. An unknown `parser` is a `tracerl.errors.NotFoundError`, before the
