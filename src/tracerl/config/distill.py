@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from tracerl.config.base import _Config
-from tracerl.rollout.backend_config import openai_base_url
+from tracerl.rollout.endpoints import openai_base_url
 
 
 class TeacherServer(_Config):

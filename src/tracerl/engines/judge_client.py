@@ -13,30 +13,13 @@ what the judge replied is parsed by the rubric, not here.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import httpx
 
-from tracerl.errors import UserError
 from tracerl.rewards.judge import JudgeReply, JudgeUnavailable
-from tracerl.rollout.backend_config import openai_base_url
-
-
-def bearer_headers(api_key_env: str | None, who: str) -> dict[str, str]:
-    """The ``Authorization`` header from the environment variable `api_key_env` names (none
-    without one); a `UserError` naming `who` (the config key) when it is not set. The key
-    itself never comes from a config, so it never lands in a run directory or a cache."""
-    if not api_key_env:
-        return {}
-    key = os.environ.get(api_key_env)
-    if not key:
-        raise UserError(
-            f"{who}: the environment variable {api_key_env} (api_key_env) is not set",
-            f"export {api_key_env}=... with the endpoint's key, or drop api_key_env",
-        )
-    return {"Authorization": f"Bearer {key}"}
+from tracerl.rollout.endpoints import bearer_headers, openai_base_url
 
 
 class OpenAIJudgeClient:

@@ -252,6 +252,10 @@ def prepare(cfg: RunConfig, *, workers: bool = True) -> Prepared:
             "remove warm_start, or give the environment a check_script(task) that solves a task",
         )
     summarizer = cfg.rollout.context.summarizer
+    if cfg.rollout.context.policy == "compact" and summarizer.by == "endpoint":
+        from tracerl.rollout.endpoints import bearer_headers
+
+        bearer_headers(summarizer.api_key_env, "rollout.context.summarizer")  # its key is set
     if cfg.rollout.context.policy == "compact" and summarizer.by == "function":
         from tracerl.imports import load_object
 

@@ -4,41 +4,10 @@ nests it). It lives in the rollout layer, which reads it (`tracerl.rollout.ray_w
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-
-def server_root(url: str) -> str:
-    """The root of an OpenAI-compatible server at `url`, which may be given either way:
-    ``http://host:8000`` or, as the OpenAI SDK's ``base_url``, ``http://host:8000/v1``
-    (trailing slashes ignored). The routes (``/v1/completions``...) are appended to it.
-    A `ValueError` for a URL that is not http(s) with a host."""
-    root = url.strip().rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")].rstrip("/")
-    parts = urlsplit(root)
-    try:
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # a port that is not a number
-        ok = False
-    if not ok:
-        raise ValueError(
-            "not an http(s) URL with a host: give the server's, e.g. http://host:8000 or "
-            "http://host:8000/v1"
-        )
-    return root
-
-
-def openai_base_url(url: str) -> str:
-    """The OpenAI SDK's ``base_url`` for a server at `url`, the routes (``/chat/completions``,
-    ``/completions``) appended to it: a bare server root (``http://host:8000``) gets
-    ``/v1``; a URL with a path (``http://host:8000/v1``, a provider's
-    ``https://host/api/v1`` or ``.../v1beta/openai``) is kept as given (trailing slashes
-    ignored). A `ValueError` for a URL that is not http(s) with a host."""
-    base = url.strip().rstrip("/")
-    server_root(base)  # the same check of scheme, host and port
-    return base + "/v1" if not urlsplit(base).path else base
+from tracerl.rollout.endpoints import server_root
 
 
 class _Config(BaseModel):

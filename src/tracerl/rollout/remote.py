@@ -23,7 +23,7 @@ import random
 import re
 from typing import Any
 
-from tracerl.rollout.backend_config import server_root
+from tracerl.rollout.endpoints import server_root
 from tracerl.rollout.sampler import SampleRequest, SampleResult, SamplerUnavailable
 from tracerl.rollout.weight_sync import adapter_version
 

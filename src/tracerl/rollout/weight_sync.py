@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from tracerl.rollout.backend_config import server_root
+from tracerl.rollout.endpoints import server_root
 
 
 class WeightSync(Protocol):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tracerl.rollout.backend_config import openai_base_url
+from tracerl.rollout.endpoints import openai_base_url
 
 SUMMARY_INSTRUCTION = (
     "Your context is full and will be cleared. Write a short summary to continue from: "
@@ -48,7 +48,8 @@ class SummarizerConfig(_Config):
     model: str | None = None
     """``endpoint``: the model name sent in the request."""
     api_key_env: str | None = None
-    """``endpoint``: the environment variable holding its API key (none sent if unset)."""
+    """``endpoint``: the environment variable holding its API key (None: none sent); a named
+    variable that is not set stops the run before it starts."""
     timeout_s: float = Field(60.0, gt=0)
     """``function``, ``endpoint``: the longest a summary may take; past it, the
     environment's failure."""

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from tracerl.rollout.backend_config import openai_base_url
 from tracerl.rollout.context.config import SummarizerConfig
+from tracerl.rollout.endpoints import bearer_headers, openai_base_url
 
 Summarize = Callable[[list[dict[str, str]]], Awaitable[str]]
 """The conversation so far (role and text) -> the summary."""
@@ -78,8 +77,7 @@ def _endpoint(cfg: SummarizerConfig) -> Summarize:
     import httpx
 
     url = openai_base_url(cfg.base_url or "") + "/chat/completions"
-    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = bearer_headers(cfg.api_key_env, "rollout.context.summarizer")
 
     async def summarize(messages: list[dict[str, str]]) -> str:
         transcript = "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)

@@ -25,9 +25,8 @@ from typing import Any
 
 import httpx
 
-from tracerl.engines.judge_client import bearer_headers
 from tracerl.errors import UserError
-from tracerl.rollout.backend_config import openai_base_url
+from tracerl.rollout.endpoints import bearer_headers, openai_base_url
 from tracerl.types import Trajectory
 
 RETRYABLE = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError)
