@@ -121,8 +121,9 @@ def _print_version(wanted: bool) -> None:
 def _collect_once_then_freeze() -> None:
     """At exit: collect what is garbage now (its finalizers run, as they would have), then
     freeze the heap, so that the interpreter's own collections while it shuts down skip the
-    millions of objects torch and transformers leave behind: ~2 s less at the end of every
-    command that loaded a model (1.8-2.7 s -> 0.7 s with tiny-random on this machine's CPU).
+    millions of objects torch and transformers leave behind: 1-2 s less at the end of every
+    command that loaded a model (`benchmarks/cli_exit.py`: 1.2-2.4 s -> 0.4-0.7 s after
+    ``tracerl load-model tiny-random`` on 2 CPU cores).
     What must happen at exit is done explicitly (context managers, `atexit`), never left to
     a finalizer during shutdown, which Python does not promise to run."""
     gc.collect()
