@@ -85,9 +85,10 @@ def gateway_command(
         str | None, typer.Option(help="tool-call parser (default: the model family's)")
     ] = None,
 ) -> None:
-    """Serve a model over the OpenAI Chat Completions and Responses APIs and Anthropic's
-    Messages API, recording every session's tokens with their authors (sessions end into OUT
-    as episodes)."""
+    """Serve a model to any agent, recording every session's tokens with their authors.
+
+    The OpenAI Chat Completions and Responses APIs and Anthropic's Messages API; each
+    session ends into OUT as an episode."""
     from tracerl.cli.common import port_free
     from tracerl.gateway.standalone import run_gateway
 
