@@ -25,3 +25,20 @@ def run_tracerl(
     return subprocess.run(
         [str(TRACERL), *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout
     )
+
+
+def wait_healthy(base: str, timeout: float = 120) -> None:
+    """Wait until the server at `base` (``http://host:port``, one the real command started)
+    answers ``GET /health`` with 200, or `timeout` seconds have passed (the test's own
+    requests then say what is wrong)."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(base + "/health").status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)

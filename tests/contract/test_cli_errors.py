@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.command import run_tracerl
+from tests.env_sources import LOSES_ITS_DATABASE
 from tests.ownpkg import write_package, write_rows
 
 BASE = {
@@ -47,7 +48,8 @@ def world(tmp_path_factory):
     return {"site": site, "runs": runs, "existing": existing}
 
 
-FAULTY = """
+FAULTY = (
+    """
 from tracerl.envs.arithmetic import Arithmetic
 
 
@@ -58,20 +60,9 @@ class ResetRaises(Arithmetic):
 
 def says_yes(completion):
     return "yes"
-
-
-class LosesItsDatabase(Arithmetic):
-    # answers its first reset (the rehearsal's, before the model loads), then its
-    # database is gone for good
-
-    resets = 0
-
-    async def reset(self, task, seed):
-        type(self).resets += 1
-        if type(self).resets > 1:
-            raise ConnectionError("database at db:5432 went away")
-        return await super().reset(task, seed)
 """
+    + LOSES_ITS_DATABASE
+)
 
 # (command line, what the first line must say, what the second must say: None = no hint)
 CASES = {

@@ -10,22 +10,9 @@ import json
 import yaml
 
 from tests.command import run_tracerl
+from tests.env_sources import LOSES_ITS_DATABASE
 
-ENV = """
-from tracerl.envs.arithmetic import Arithmetic
-
-
-class LosesItsDatabase(Arithmetic):
-    # answers its first reset (the config check's rehearsal), then its database is gone
-
-    resets = 0
-
-    async def reset(self, task, seed):
-        type(self).resets += 1
-        if type(self).resets > 1:
-            raise ConnectionError("database at db:5432 went away")
-        return await super().reset(task, seed)
-"""
+ENV = "from tracerl.envs.arithmetic import Arithmetic\n\n" + LOSES_ITS_DATABASE
 
 CONFIG = {
     "name": "warm",

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests import agents
+from tests.command import wait_healthy
 from tracerl.envs import ToolEnv, tool
 from tracerl.envs.parsers import get_parser
 from tracerl.gateway import AgentBackend, Gateway
@@ -385,13 +386,7 @@ def test_tracerl_gateway_records_sessions_for_inspection(tmp_path):
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(base + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(base)
         client = openai.OpenAI(base_url=base + "/v1", api_key="alice", max_retries=0)
         messages = [{"role": "user", "content": "hi"}]
         first = client.chat.completions.create(model="m", messages=messages)

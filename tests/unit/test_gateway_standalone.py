@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.command import TRACERL, run_tracerl
+from tests.command import TRACERL, run_tracerl, wait_healthy
 from tracerl.config.run import AgentConfig
 from tracerl.envs.parsers import get_parser
 from tracerl.errors import UserError
@@ -211,13 +210,7 @@ def gateway_run(tmp_path_factory):
     base = f"http://127.0.0.1:{port}"
     seen: dict = {"out": out}
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(base + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(base)
         chat = base + "/v1/chat/completions"
         hi = {"messages": [{"role": "user", "content": "hi"}]}
         seen["answer"] = httpx.post(chat, json=hi, headers={"Authorization": "Bearer s1"}).json()

@@ -2,7 +2,7 @@
 OpenAI-compatible servers, SGLang, a hosted API), as a `tracerl.rewards.judge.JudgeClient`.
 
 ``base_url`` is what the OpenAI SDK calls it (``http://host:8000/v1``; a bare server root
-gets ``/v1``, `tracerl.rollout.backend_config.openai_base_url`); the request is a
+gets ``/v1``, `tracerl.rollout.endpoints.openai_base_url`); the request is a
 ``POST {base_url}/chat/completions`` at temperature 0 (``temperature``; None sends none,
 for a server that samples at a temperature of its own). The API key comes from the
 environment variable the config names (``api_key_env``), never from the config itself, so

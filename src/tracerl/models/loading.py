@@ -462,11 +462,8 @@ def _read_folder(path: str, folder: Path, part: str, read: Callable[[], Any]) ->
         ) from e
 
 
-def folder_tokenizer(path: str) -> Any:
-    """The tokenizer of the model folder `path` (checked: `_check_folder`), without its
-    weights; `ModelNotFoundError` when transformers cannot read it."""
-    folder = _check_folder(path)
-    _import_libraries()
+def _read_tokenizer(path: str, folder: Path) -> Any:
+    """The tokenizer in `folder` (`path` as the user gave it), told as `_read_folder` tells."""
     from transformers import AutoTokenizer
 
     return _read_folder(
@@ -477,18 +474,21 @@ def folder_tokenizer(path: str) -> Any:
     )
 
 
+def folder_tokenizer(path: str) -> Any:
+    """The tokenizer of the model folder `path` (checked: `_check_folder`), without its
+    weights; `ModelNotFoundError` when transformers cannot read it."""
+    folder = _check_folder(path)
+    _import_libraries()
+    return _read_tokenizer(path, folder)
+
+
 def _load_checked_folder(path: str, folder: Path) -> tuple[Any, Any]:
     """`_load_folder` for a user's folder: the tokenizer, then the model (fp32, eval mode),
     each failure told as the folder's (`_read_folder`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tok = _read_folder(
-        path,
-        folder,
-        "tokenizer",
-        lambda: AutoTokenizer.from_pretrained(folder, local_files_only=True),
-    )
+    tok = _read_tokenizer(path, folder)
     model = _read_folder(
         path,
         folder,

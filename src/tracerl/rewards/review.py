@@ -52,16 +52,11 @@ class Sample:
     reviewer: str | None
 
 
-def _key(task: dict[str, Any], answer: str) -> str:
+def key(task: dict[str, Any], answer: str) -> str:
     """Task id, question and golds (ids alone can repeat across imported datasets), and the
     normalised answer."""
     what = json.dumps([task.get("id"), task.get("question"), task.get("answers")])
     return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}\x1f{normalize(answer)}"
-
-
-key = _key
-"""The pool's key of an answer to a task (as `ReviewPool.add` and `ReviewPool.verdict`
-compute it)."""
 
 
 class ReviewPool:
@@ -84,7 +79,7 @@ class ReviewPool:
                 "INSERT OR IGNORE INTO samples (key, episode_id, task_id, question, answer, "
                 "golds, evidence, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    _key(task, answer),
+                    key(task, answer),
                     episode_id,
                     task["id"],
                     task.get("question", ""),
@@ -140,6 +135,6 @@ class ReviewPool:
     def verdict(self, task: dict[str, Any], answer: str) -> bool | None:
         with self._db() as db:
             row = db.execute(
-                "SELECT verdict FROM samples WHERE key = ?", (_key(task, answer),)
+                "SELECT verdict FROM samples WHERE key = ?", (key(task, answer),)
             ).fetchone()
         return None if row is None or row[0] is None else bool(row[0])

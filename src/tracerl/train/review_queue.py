@@ -57,17 +57,21 @@ def undecided(reward: RewardBreakdown | None) -> bool:
     return reward is not None and not reward.decided and reward.error is None
 
 
+def _context(trajectories: Sequence[Trajectory]) -> RewardContext:
+    """The episode as its reward read it (its final answer, its last reply)."""
+    return RewardContext.from_trajectories(trajectories, lambda _: None)
+
+
 def final_answer(trajectories: Sequence[Trajectory]) -> str:
     """The episode's final answer text, as the pool keys it ("" when it never answered)."""
-    return RewardContext.from_trajectories(trajectories, lambda _: None).answer_text
+    return _context(trajectories).answer_text
 
 
-def evidence_of(reward: RewardBreakdown, trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+def evidence_of(reward: RewardBreakdown, ctx: RewardContext) -> dict[str, Any]:
     """What the reward saw: each scored component's evidence (by name), and which of them
-    could not decide."""
+    could not decide (`ctx`: the episode, `_context`)."""
     out: dict[str, Any] = {c.name: c.evidence for c in reward.components if not c.gated}
     out["undecided"] = [c.name for c in reward.components if not c.decided and not c.gated]
-    ctx = RewardContext.from_trajectories(trajectories, lambda _: None)
     if not ctx.answer_text and ctx.last_sampled_text:  # no answer: what the model last said
         out["last_reply"] = ctx.last_sampled_text[-2000:]
     return out
@@ -83,11 +87,12 @@ def queue_undecided(run_dir: str | os.PathLike[str], episodes: Iterable[Any]) ->
     pool = ReviewPool(Path(run_dir) / REVIEW_FILE)
     added = 0
     for e in waiting:
+        ctx = _context(e.trajectories)  # read once: the answer and the evidence
         added += pool.add(
             episode_id=e.episode_id,
             task=review_task(e.receipt.task),
-            answer=final_answer(e.trajectories),
-            evidence=evidence_of(e.reward, e.trajectories),
+            answer=ctx.answer_text,
+            evidence=evidence_of(e.reward, ctx),
         )
     return added
 

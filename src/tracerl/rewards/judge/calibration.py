@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracerl.rewards.review import ReviewPool, _key
+from tracerl.rewards.review import ReviewPool, key
 from tracerl.types import Layer, RewardBreakdown
 
 
@@ -117,13 +117,13 @@ def judged_answers(
                 float(e.get("threshold", 0.5)),
                 other,
             )
-            key = (
+            once = (
                 judged.judge,
                 judged.rubric_version,
                 judged.model,
-                _key(review_task(task), answer),
+                key(review_task(task), answer),
             )
-            seen.setdefault(key, judged)
+            seen.setdefault(once, judged)
     return list(seen.values())
 
 
