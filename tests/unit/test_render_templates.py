@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.conftest import family_tokenizer, trl_template
+from tracerl.models.attribution import Sentinels
 from tracerl.models.render import ChatRenderer
 from tracerl.types import Source, ToolCall, TrajectoryError
 
@@ -143,7 +144,9 @@ def test_tool_output_cannot_forge_non_special_control_tokens(family_renderer):
 def test_sentinel_like_text_from_model_or_tools_is_harmless(family_renderer):
     r = family_renderer("qwen3")
     conv = r.start(USER)
-    text = "TRACERLSENTINEL0Q TRACERL0X0Q"
+    # the last: a well-formed sentinel of another conversation's nonce (every conversation's
+    # sentinels are found by one pattern, which keeps only its own nonce's)
+    text = f"TRACERLSENTINEL0Q TRACERL0X0Q {Sentinels()(0)}"
     ids = [*_ids(r, text), r.tokenizer.eos_token_id]
     conv.add_policy(ids, [-0.1] * len(ids), tool_calls=[ToolCall("c1", "f", {})])
     conv.add_observation([{"role": "tool", "tool_call_id": "c1", "content": text}])
@@ -250,3 +253,21 @@ def test_qwen3_without_thinking_breaks_every_tool_turn_unless_a_training_templat
             conv.add_observation([{"role": "tool", "tool_call_id": f"c{i}", "content": "ok"}])
         counts[name] = conv.prefix_breaks
     assert counts == {"qwen3": 3, "qwen3_training": 0}
+
+
+def test_sentinels_split_as_their_own_pattern_would():
+    """`Sentinels.split` (one compiled pattern for every nonce) cuts a render exactly where
+    `re.split` of that nonce's own pattern cuts it, and nowhere else."""
+    import re
+
+    s, other = Sentinels(), Sentinels()
+    own = re.compile(rf"TRACERL{s.nonce}X(\d+)Q")
+    texts = [
+        "",
+        s(0),
+        f"<|im_start|>user\n{s(0)}<|im_end|>\n<|im_start|>tool\n{s(12)}<|im_end|>\n",
+        f"{other(3)}{s(1)}TRACERL{s.nonce}XQ {s(2)}TRACERL{s.nonce}X7",
+        f"TRACERL{s.nonce.upper()}X1Q {other(0)} {s(4)}{s(5)}",
+    ]
+    for text in texts:
+        assert s.split(text) == own.split(text), text

@@ -19,12 +19,29 @@ class Sentinels:
     """Placeholders for message contents: letters and digits only, so they survive `| trim`,
     `| tojson` and HTML escaping, with a random nonce so no model or tool text can collide."""
 
+    # Any conversation's sentinel, compiled once: a pattern per nonce cost a compile per
+    # conversation and evicted the process's other patterns from `re`'s cache. Its nonce
+    # and index cannot overlap another match (no letter of "TRACERL" is a lowercase hex
+    # digit), so keeping only this nonce's matches splits as this nonce's own pattern would.
+    _ANY = re.compile(r"TRACERL([0-9a-f]{12})X(\d+)Q")
+
     def __init__(self) -> None:
         self.nonce = secrets.token_hex(6)
-        self.pattern = re.compile(rf"TRACERL{self.nonce}X(\d+)Q")
 
     def __call__(self, index: int) -> str:
         return f"TRACERL{self.nonce}X{index}Q"
+
+    def split(self, text: str) -> list[str]:
+        """`text` cut at this nonce's sentinels: scaffold, index, scaffold, ..., scaffold
+        (`re.split` of the sentinel pattern with its index captured)."""
+        parts: list[str] = []
+        start = 0
+        for m in self._ANY.finditer(text):
+            if m.group(1) == self.nonce:
+                parts += [text[start : m.start()], m.group(2)]
+                start = m.end()
+        parts.append(text[start:])
+        return parts
 
 
 @dataclass(frozen=True)

@@ -381,7 +381,7 @@ class Conversation:
                 "renderer: the chat template renders earlier turns differently depending on "
                 "the content of later messages; cannot attribute the new tokens"
             )
-        parts = self._sentinels.pattern.split(sent[offset:])  # scaffold, i, scaffold, ..., scaffold
+        parts = self._sentinels.split(sent[offset:])  # scaffold, i, scaffold, ..., scaffold
         missing = sorted(swap - {int(p) for p in parts[1::2]})
         if missing:
             m = msgs[missing[0]]
