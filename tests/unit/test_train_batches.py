@@ -34,9 +34,10 @@ def _full_logprobs(model, ids, attn, temperature):
     return torch.cat([torch.zeros(ids.shape[0], 1), lp], 1) * attn
 
 
-@pytest.mark.parametrize("only", [False, True])
-@pytest.mark.parametrize("chunk", [7, 64, 100_000])
-def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, episodes, chunk, only):
+@pytest.fixture(scope="module")
+def full_softmax(tiny, episodes):
+    """The plain log-softmax's log-probs and gradients of the episodes' batch, computed once
+    (6 rows x 446 tokens x 49,152 logits: the costly side of every comparison below)."""
     trajs = [t for e in episodes for t in e.trajectories]
     b = padded_batch(trajs, [1.0] * len(trajs))
     model = tiny.model
@@ -44,6 +45,15 @@ def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, episode
     full = _full_logprobs(model, b.input_ids_B_T, b.attention_mask_B_T, 0.9)
     (full * b.loss_mask_B_T).sum().backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return b, full.detach(), want
+
+
+@pytest.mark.parametrize("only", [False, True])
+@pytest.mark.parametrize("chunk", [7, 64, 100_000])
+def test_chunked_logprobs_and_gradients_equal_the_full_log_softmax(tiny, full_softmax, chunk, only):
+    b, full, want = full_softmax
+    model = tiny.model
     model.zero_grad()
     lean = token_logprobs(
         model,
