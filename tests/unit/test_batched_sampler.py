@@ -105,12 +105,36 @@ def test_concurrent_requests_share_forward_passes_and_honour_stops(bundle):
 
 def test_max_batch_size_caps_a_batch(bundle):
     sampler = BatchedHFSampler(bundle.model, max_batch_size=2)
-    requests = [SampleRequest(p, max_tokens=2, seed=i) for i, p in enumerate(_prompts(bundle, 5))]
+    lengths = [2, 10, 2, 2, 2]  # the second row runs while the others take turns beside it
+    requests = [
+        SampleRequest(p, max_tokens=n, seed=i)
+        for i, (p, n) in enumerate(zip(_prompts(bundle, 5), lengths, strict=True))
+    ]
     results = asyncio.run(_gather(sampler, requests))
-    assert len(results) == 5 and all(len(r.token_ids) == 2 for r in results)
+    assert [len(r.token_ids) for r in results] == lengths
     assert sampler.stats.max_batch == 2  # never more rows at once
     # the rows waiting took the finished rows' slots in the running batch
     assert sampler.stats.batches == 1 and sampler.stats.admitted == 3
+
+
+def test_a_drained_batch_ends_and_the_queue_forms_the_next(bundle):
+    """Turns join a batch while it runs; once every row has ended the batch is over, and what
+    arrives next waits for the queue to gather it with whatever arrives alongside (a GRPO
+    group's turns share a prefill then), not one batch per turn as each trickles in."""
+    sampler = BatchedHFSampler(bundle.model)
+    prompt = _prompts(bundle, 1)[0]
+    asked = []
+
+    def admit(room, fits):
+        asked.append(fits)
+        return [SampleRequest(prompt, max_tokens=2, seed=len(asked))] if len(asked) < 4 else []
+
+    results = sampler._decode([SampleRequest(prompt, max_tokens=2, seed=0)], admit=admit)
+    # each of 3 turns joined while the one before it ran (the 4th ask found none), then the
+    # batch drained, and was not asked for more: the queue gathers the next batch
+    assert len(results) == 4 and sampler.stats.admitted == 3
+    assert len(asked) == 4 and None not in asked  # asked only while a row ran
+    assert sampler.stats.forward_calls == 8  # a prefill per turn, 4 steps (one per 2nd token)
 
 
 def test_a_failing_request_raises_to_its_caller_and_the_sampler_recovers(bundle):

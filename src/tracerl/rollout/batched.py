@@ -37,6 +37,10 @@ while the batch has fewer than `max_batch_size` rows: its prompt is prefilled, t
 the running rows are left-padded to one length (padding keys and values masked out, every row
 at its own positions) and decode on together. A learner update waiting for the weights
 (`WeightsLock.waiting`) stops new rows joining, so the batch drains and the update goes next.
+A batch whose rows have all ended is over: what arrives after that waits for the queue to
+gather it (`BatchQueue`: a few event-loop ticks), so turns issued together (a GRPO step's
+episodes) start one batch and share their prompts' prefills, not a batch each as they trickle
+in (a step of learn-arithmetic's 2-token turns ran twice the forwards before this).
 A cache other than transformers' plain growing one (sliding windows, quantized) keeps static
 batching.
 
@@ -285,6 +289,7 @@ class BatchedHFSampler(BatchQueue):
         requests: they are prefilled and join the running batch (continuous batching) while
         it has fewer than `max_batch_size` rows, nobody waits for the weights (an update
         waiting for the lock ends admission: the batch drains) and the cache can take them;
+        once every row has ended, the batch is over (nothing is asked for then);
         `deliver(i, result)` gets each request's result as its row ends. Results in the
         order the requests were served."""
         import torch
@@ -350,17 +355,17 @@ class BatchedHFSampler(BatchQueue):
                         next_B = next_B[index]
                     logits_B_V = batch.step(next_B)
                 else:
-                    rows = []
+                    break  # drained: the queue forms the next batch of what waits by then
                 room = self.max_batch_size - len(rows)
                 if admit is None or room <= 0 or self._model_lock.waiting:
                     continue  # an update waiting for the weights: the batch drains
-                joining = admit(room, batch.fits if rows else None)
+                joining = admit(room, batch.fits)
                 if joining:
                     first = len(served)
                     served.extend(joining)
                     enrol(joining)
                     self.stats.admitted += len(joining)
-                    logits_B_V = batch.join(joining, logits_B_V) if rows else batch.start(joining)
+                    logits_B_V = batch.join(joining, logits_B_V)
                     rows += range(first, len(served))
                     self.stats.max_batch = max(self.stats.max_batch, len(rows))
         assert all(r is not None for r in results)
