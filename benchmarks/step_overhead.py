@@ -73,8 +73,10 @@ def main() -> None:
         each = " ".join(f"{fast:.2f}" for _, fast in runs)
         total = statistics.median(t for t, _ in runs)
         print(f"  {name:<16} {total:9.2f}s {med[name]:11.2f}s   {each}")
-    print(f"  ratio (this checkout / {a.baseline}, fastest 3/4): "
-          f"{med['this checkout'] / med[a.baseline]:.2f}")
+    print(
+        f"  ratio (this checkout / {a.baseline}, fastest 3/4): "
+        f"{med['this checkout'] / med[a.baseline]:.2f}"
+    )
 
 
 if __name__ == "__main__":
