@@ -5,8 +5,11 @@ Run: .venv/bin/python benchmarks/batched_sampling.py [--model tiny-random] [--ep
 
 Real episodes through the episode runner: E refund_desk tasks, each rendered with the chat
 template, sampled by the model, parsed, stepped in the env, for up to --steps model turns of
-at most --turn-tokens tokens. Every episode's turns are seeded, so each episode samples the
-same tokens whichever way it runs; measured in one process after a warm-up:
+at most --turn-tokens tokens. Every episode's turns are seeded, so each draws from the same
+uniforms whichever way it runs; its tokens are the same alone and batched with static slots,
+while with the dynamic cache left-padding to another width can move a logit's last bits and
+flip a near-tie (the "same tokens" line says which; docs/gpu.md). Measured in one process
+after a warm-up:
 
   single    each of the E episodes alone, one after another (per-episode mean reported)
   batched   all E at once on BatchedHFSampler (one batched forward per decode step)
