@@ -154,6 +154,23 @@ def test_an_ended_episode_leaves_nothing_kept(bundle):  # noqa: F811
     assert len(sampler.prefixes) == 0 and sampler.prefixes.bytes == 0
 
 
+def test_a_turn_no_other_can_follow_is_never_kept(bundle):  # noqa: F811
+    """A step budget's last turn (every turn of a single-turn task: GRPO on math) asks the
+    sampler to keep nothing: no copy of its rows' keys and values is made, only to be dropped
+    when its episode ends."""
+    from tracerl.envs import get_parser, make
+    from tracerl.rollout.budget import Budgets, RolloutConfig
+    from tracerl.rollout.runner import Policy, run_episode
+
+    sampler = BatchedHFSampler(bundle.model)
+    policy = Policy(sampler, bundle.renderer, get_parser("json_list"), "tiny-random")
+    env = make("arithmetic")
+    rollout = RolloutConfig(budgets=Budgets(steps=1), max_turn_tokens=4, reserve=None)
+    for i, task in enumerate(env.sample_tasks(3)):
+        asyncio.run(run_episode(make("arithmetic"), task, policy, rollout, seed=i))
+    assert sampler.stats.requests == 3 and sampler.prefixes.stats.stored == 0
+
+
 def test_static_slots_and_a_zero_cap_keep_nothing(bundle):  # noqa: F811
     p1 = _prompts(bundle, 1)[0]
     for sampler in (

@@ -427,8 +427,9 @@ class BatchedHFSampler(BatchQueue):
 
     def _keep_prefix(self, batch: Any, i: int, request: SampleRequest, tokens: list[int]) -> None:
         """Keep row `i`'s keys and values (its prompt and its sampled tokens but the last,
-        never fed) for its episode's next turn (`tracerl.rollout.prefix_cache`)."""
-        if not self.prefixes.max_bytes or request.episode_id is None:
+        never fed) for its episode's next turn (`tracerl.rollout.prefix_cache`); nothing
+        of a turn no other can follow (`SampleRequest.last`)."""
+        if not self.prefixes.max_bytes or request.episode_id is None or request.last:
             return
         layers = batch.row_cache(i)
         if layers is None:

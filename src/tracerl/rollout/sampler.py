@@ -50,6 +50,9 @@ class SampleRequest:
         seed: per-request RNG seed; None draws from the sampler's own generator.
         episode_id: which episode asks (scripted samplers use it to pick a script).
         turn: the episode's turn index (0 for the first model turn).
+        last: no model turn of its episode can follow (its step budget ends with this one):
+            a sampler keeps nothing of it for a next turn (prefix caching). A single-turn
+            task's every request: GRPO on math keeps no row's keys and values.
     """
 
     prompt_ids: tuple[int, ...]
@@ -58,6 +61,7 @@ class SampleRequest:
     seed: int | None = None
     episode_id: str | None = None
     turn: int = 0
+    last: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_ids", tuple(self.prompt_ids))

@@ -63,4 +63,5 @@ def turn_request(
         seed=episode_seed(seed, episode_id, "turn", conv.step),
         episode_id=episode_id,
         turn=conv.step,
+        last=b.steps - used["steps"] <= 1,  # the step budget's last model turn
     )
