@@ -187,7 +187,7 @@ class Gateway:
         nothing: it is not kept, listed or written (`tracerl gateway`)."""
         with self._lock:
             unused = session.requests == 0 and session.conv is None
-            if unused and not session._lock.locked() and self.sessions.get(name) is session:
+            if unused and not session.answering and self.sessions.get(name) is session:
                 del self.sessions[name]
 
     def _answer(

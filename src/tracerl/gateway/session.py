@@ -146,6 +146,11 @@ class GatewaySession:
         self.stored_responses: dict[str, list[dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
 
+    @property
+    def answering(self) -> bool:
+        """A request of this session is being answered now (requests take turns)."""
+        return self._lock.locked()
+
     # ---- a request -------------------------------------------------------------------------
     async def complete(
         self,
