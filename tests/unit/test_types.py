@@ -157,3 +157,41 @@ def test_malformed_stored_values_are_named(tmp_path, patch, message):
     with pytest.raises(TrajectoryError, match=r"m\.jsonl:1") as err:
         read_trajectories(path)
     assert message in str(err.value)
+
+
+def test_a_receipts_dict_is_asdicts_and_shares_nothing_with_it():
+    """`Receipt.to_dict` (every episode makes one per trajectory) is `dataclasses.asdict`'s
+    result, field for field and type for type, and a copy: changing it changes no receipt."""
+    import dataclasses
+
+    from tracerl.types import Attribution
+    from tracerl.types.episode import Receipt
+
+    r = Receipt(
+        replay_id="r",
+        episode_id="e",
+        env={"name": "x", "kwargs": {"k": [1, (2, 3)]}, "wrappers": [{"w": None}]},
+        tool_versions={"t": "1"},
+        tool_schemas=[{"name": "t", "parameters": {"type": "object"}}],
+        task_id="1",
+        task={"id": 1, "answers": ["7"], "pair": (1, 2)},
+        seed=3,
+        policy_version=None,
+        model_id="m",
+        template_hash="h",
+        template_kwargs={},
+        parser="json_list",
+        side_effect_guard="dry_run",
+        rollout={"budgets": {"steps": 1}},
+        steps=[{"step": 0, "latency_ms": 1.5, "exception": None}],
+        attribution=Attribution.POLICY,
+        final_state={"rows": [[1, 2.5, True]]},
+    )
+    d = r.to_dict()
+    assert d == dataclasses.asdict(r) and list(d) == [f.name for f in dataclasses.fields(r)]
+    assert type(d["task"]["pair"]) is tuple and d["attribution"] is Attribution.POLICY
+    d["env"]["kwargs"]["k"].append(9)
+    d["task"]["answers"][0] = "8"
+    d["final_state"]["rows"][0][0] = 0
+    assert r.env["kwargs"]["k"] == [1, (2, 3)] and r.task["answers"] == ["7"]
+    assert r.final_state == {"rows": [[1, 2.5, True]]}

@@ -9,6 +9,7 @@ replayed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -249,7 +250,9 @@ class Receipt:
     with it in flight, before the one that ran it); None: in process."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The receipt as plain data, a copy sharing nothing with it (what
+        `dataclasses.asdict` gives, at a seventh of its cost: every episode makes one)."""
+        return {f.name: _plain_copy(getattr(self, f.name)) for f in _RECEIPT_FIELDS}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "receipt") -> Receipt:
@@ -271,3 +274,23 @@ class Receipt:
                 "episode runner?"
             )
         return cls(**d)
+
+
+_RECEIPT_FIELDS = dataclasses.fields(Receipt)
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (dicts, lists, tuples of atoms), as `dataclasses.asdict`
+    copies a field's value; anything else as `asdict` does (a dataclass as a dict, the rest
+    through `copy.deepcopy`)."""
+    if isinstance(value, _ATOMS):
+        return value
+    kind = type(value)
+    if kind is dict:
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_plain_copy(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return copy.deepcopy(value)
