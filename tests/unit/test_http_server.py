@@ -56,3 +56,40 @@ def test_a_handlers_own_error_is_still_printed(server, capfd):
     _get(server, "/ok")  # the bug's request thread has ended by the time this is answered
     err = capfd.readouterr().err
     assert "ValueError: a real bug in a handler" in err, err
+
+
+def test_a_request_in_flight_when_serve_stops_is_answered_not_a_traceback(capfd):
+    """`tracerl serve` (or the learner's server for remote workers) stopping while a request
+    waits on the sampler: that client gets a 503 saying so, and stderr gets no traceback."""
+    import asyncio
+    import json
+
+    from tracerl.rollout.serve import ServerThread
+
+    asked = threading.Event()
+
+    class NeverAnswers:
+        temperature = 1.0
+
+        async def sample(self, request):
+            asked.set()
+            await asyncio.Event().wait()
+
+    server = ServerThread(NeverAnswers(), "m")
+    port = int(server.start().rsplit(":", 1)[1])
+    got = {}
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 2})
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        got["status"], got["body"] = answer.status, json.loads(answer.read())
+
+    waiting = threading.Thread(target=client)
+    waiting.start()
+    assert asked.wait(60)
+    server.stop()
+    waiting.join(60)
+    assert got["status"] == 503 and got["body"]["error"]["message"] == "the server stopped"
+    assert "Traceback" not in capfd.readouterr().err

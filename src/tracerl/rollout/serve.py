@@ -29,6 +29,7 @@ refused (the log-probs would not be of the distribution it asked for).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import threading
@@ -336,7 +337,12 @@ def _handler(server: CompletionServer, loop: asyncio.AbstractEventLoop) -> type:
             future = asyncio.run_coroutine_threadsafe(
                 server.handle(method, self.path.split("?")[0], body), loop
             )
-            self._send(*future.result())
+            try:
+                answer = future.result()
+            except concurrent.futures.CancelledError:  # the server stopped with it in flight
+                self.close_connection = True
+                answer = 503, {"error": {"message": "the server stopped", "type": "unavailable"}}
+            self._send(*answer)
 
         def do_GET(self) -> None:
             self._answer("GET")
