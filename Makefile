@@ -176,7 +176,8 @@ bubblewrap:
 # 17.7 and 22.5 for 1302 at 1594912 (config mistakes told before torch loads)
 # 23.9 and 28.5 for 1426 at 486b507 (an audit's ~100 tests: CLI mistakes through the command)
 # 17.5 and 21.3 for 1450 at 22b4caa (commands exit 1-2 s sooner; one vLLM start fewer)
-# 16.7 and 20.6 for 1453 at f5e0242 (episodes' and batches' overhead cut; src/ compiled once)
+# 16.7 and 20.6 for 1453 at f5e0242 (episodes' and batches' overhead cut; src/ compiled once),
+# 15.6 and 19.2 for 1454 at 2b1e9f3 (receipts copied at a seventh of the cost)
 # (README has the gauge)
 # (tests/conftest.py says what the workers share: nothing). Three workers on 2 cores
 # were no faster (more CPU spent on contention).
