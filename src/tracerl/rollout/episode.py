@@ -119,11 +119,12 @@ def finish_episode(run: Any, stop: StopReason) -> Episode:
     sampled = sum(len(s.token_ids) for t in samples for s in t.policy_segments())
     eligible = attribution is Attribution.POLICY and sampled > 0
     receipt = build_receipt(run, stop, attribution, eligible)
+    receipt_dict = receipt.to_dict()  # one per episode, its trajectories' (as a Ray worker's stamp)
     trajectories = [
         dataclasses.replace(
             t,
             steps=tuple({**s, **run.records.get(s["step"], {})} for s in t.steps),
-            receipt=receipt.to_dict(),
+            receipt=receipt_dict,
             episode_id=run.episode_id,
             agent=getattr(run, "agent", ""),
             _cache={},

@@ -100,7 +100,7 @@ async def _prepare(env: Env) -> Exception | None:
     """Run `env.prepare()` on a thread (it may build an index or start a service), or skip
     it where the env keeps the base class's no-op: a thread hop per episode is ~0.1-1 ms
     of waiting on the GIL, which a run of short episodes feels. Its error, or None."""
-    if getattr(type(env), "prepare", None) is Env.prepare:
+    if type(env).prepare is Env.prepare:
         return None
     try:
         await asyncio.to_thread(env.prepare)
